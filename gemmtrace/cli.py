@@ -1,0 +1,239 @@
+"""The `gemmtrace` command line. Each command parses, calls one library function, and prints."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import registry
+from .paths import GemmtraceError
+
+app = typer.Typer(
+    help="Profile GEMM kernels from the inside: build, run, verify and time instrumented kernels, "
+    "export Perfetto/Chrome traces, and analyze tensor-core idle time, epilogue overlap and tail waves.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+# Wide when piped (logs, CI), so tables are not folded into 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 200)
+err_console = Console(stderr=True, soft_wrap=True)
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """'4096' -> (4096, 4096, 4096); '8192x8192x4096' or '8192,8192,4096' -> (M, N, K)."""
+    parts = [p for p in text.replace(",", "x").lower().split("x") if p]
+    try:
+        dims = [int(p) for p in parts]
+    except ValueError:
+        raise GemmtraceError(f"shape {text!r} is not N or MxNxK with positive integers.") from None
+    if len(dims) == 1:
+        dims *= 3
+    if len(dims) != 3 or any(d < 1 for d in dims):
+        raise GemmtraceError(f"shape {text!r} is not N or MxNxK with positive integers.")
+    return dims[0], dims[1], dims[2]
+
+
+def _split(text: str) -> tuple[str, ...]:
+    return tuple(s.strip() for s in text.split(",") if s.strip())
+
+
+def _fmt(x, spec: str, none: str = "-") -> str:
+    return none if x is None else format(x, spec)
+
+
+@app.command("list")
+def list_kernels() -> None:
+    """List the kernels: the idea each adds, tile shape, stages, warps and recording roles."""
+    t = Table(title="gemmtrace kernels")
+    for col in ("kernel", "arch", "idea", "tile (BMxBNxBK)", "stages", "warps", "cluster", "roles", "schedulers", "orders"):
+        t.add_column(col, overflow="fold")
+    for k in registry.KERNELS.values():
+        t.add_row(k.name, k.arch, k.idea, k.tile_str, str(k.stages), str(k.warps), str(k.cluster), ", ".join(k.roles),
+                  ", ".join(k.schedulers), ", ".join(k.orders))
+    console.print(t)
+
+
+@app.command("build")
+def build_cmd(
+    kernel: Optional[str] = typer.Option(None, "--kernel", "-k", help="Kernel to build (see `gemmtrace list`)."),
+    all_: bool = typer.Option(False, "--all", help="Build every kernel of the architecture."),
+    arch: Optional[str] = typer.Option(None, "--arch", help="sm90a or sm100a (default: the kernel's own; with --all, sm90a)."),
+    debug: bool = typer.Option(False, "--debug", help="Debug build: bounded mbarrier waits that report a hang."),
+    force: bool = typer.Option(False, "--force", help="Rebuild even when the cache has the library."),
+) -> None:
+    """Compile kernels with nvcc (no GPU needed) and print ptxas's registers, shared memory, stack and spills."""
+    from .build import build
+
+    if all_ == (kernel is not None):
+        raise GemmtraceError("give exactly one of --kernel NAME or --all.")
+    specs = registry.for_arch(arch or "sm90a") if all_ else [registry.get(kernel)]
+    if not specs:
+        console.print(f"no kernels are registered for {arch}.")
+        return
+    t = Table(title="build")
+    for col in ("kernel", "arch", "function", "registers", "smem (static)", "stack", "spill st/ld", "build", "library"):
+        t.add_column(col)
+    spills = 0
+    with console.status("compiling") as status:
+        for spec in specs:
+            status.update(f"compiling {spec.name} for {arch or spec.arch}")
+            r = build(spec.name, arch or spec.arch, debug=debug, force=force)
+            for res in r.resources:
+                spills += res.spills
+                t.add_row(spec.name, r.arch, res.function, str(res.registers), str(res.smem_bytes), str(res.stack_bytes),
+                          f"{res.spill_store_bytes}/{res.spill_load_bytes}",
+                          "cached" if r.cached else f"{r.seconds:.1f} s", str(r.library))
+    console.print(t)
+    if spills:
+        err_console.print(f"[yellow]warning:[/] {spills} bytes of register spills (see the table).")
+
+
+@app.command("run")
+def run_cmd(
+    kernel: str = typer.Option("v1", "--kernel", "-k", help="Kernel to run (see `gemmtrace list`)."),
+    shape: List[str] = typer.Option(["4096"], "--shape", "-s", help="N (square) or MxNxK; repeat for several shapes."),
+    sched: str = typer.Option("static", "--sched", help="Scheduler(s), comma-separated: static,dynamic (persistent kernels)."),
+    order: str = typer.Option("row", "--order", help="Tile order: row, snake or hilbert (persistent kernels)."),
+    iters: int = typer.Option(30, "--iters", help="Timed rounds (median is reported; at least 20)."),
+    warmup: int = typer.Option(5, "--warmup", help="Warm-up rounds before timing."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random normal inputs."),
+    out: Path = typer.Option(Path("runs"), "--out", "-o", help="Folder that receives one run folder per launch."),
+    no_export: bool = typer.Option(False, "--no-export", help="Save the run but skip the Perfetto and Chrome exports."),
+    debug: bool = typer.Option(False, "--debug", help="Debug build: bounded waits report where a kernel would hang."),
+    buffer_scale: float = typer.Option(1.0, "--buffer-scale", help="Scale the default profiler buffer (below 1 to test overflow)."),
+    json_out: bool = typer.Option(False, "--json", help="Print results as JSON instead of a table."),
+) -> None:
+    """Build, check against torch, time against cuBLAS (same process), and save a trace of one launch."""
+    import json
+
+    from .runner import RunOptions, default_run_folder, run_kernel, save_and_export
+
+    shapes = [parse_shape(s) for s in shape]
+    all_results = []
+    for shp in shapes:
+        opts = RunOptions(kernel=kernel, shape=shp, schedulers=_split(sched), order=order, iters=iters, warmup=warmup,
+                          seed=seed, debug=debug, buffer_scale=buffer_scale)
+        with console.status(f"{kernel} {shp[0]}x{shp[1]}x{shp[2]}") as status:
+            results = run_kernel(opts, progress=lambda msg: status.update(f"{kernel} {shp[0]}x{shp[1]}x{shp[2]}: {msg}"))
+            for r in results:
+                status.update(f"saving {r.scheduler} run")
+                save_and_export(r, default_run_folder(out, opts, r.scheduler), formats=() if no_export else ("perfetto", "chrome"))
+        all_results.extend(results)
+    if json_out:
+        print(json.dumps([{"folder": str(r.folder), **r.run.meta["timings"], "check": r.run.meta["check"],
+                           "profiler": r.run.meta["profiler"]} for r in all_results], indent=2))
+    else:
+        console.print(results_table(all_results))
+        for r in all_results:
+            console.print(f"run saved in [bold]{r.folder}[/]" + "".join(f"\n  {p}" for p in r.exports.values()))
+    for r in all_results:
+        if r.dropped:
+            err_console.print(f"[yellow]warning:[/] {r.run.label}: {r.dropped} profiler records were dropped "
+                              f"(buffer full); rerun with a larger --buffer-scale.")
+        inc = r.run.meta["profiler"]["incomplete_regions"]
+        if inc:
+            err_console.print(f"[yellow]warning:[/] {r.run.label}: {inc} recording warps never finished their region.")
+    if len(all_results) > 1 and len({r.scheduler for r in all_results}) > 1:
+        _print_sched_comparison(all_results)
+
+
+def results_table(results) -> Table:
+    t = Table(title="gemmtrace run")
+    for col in ("kernel", "shape", "sched", "ms", "TFLOP/s", "cuBLAS TFLOP/s", "% of cuBLAS", "profiled TFLOP/s",
+                "profiler overhead", "rel. error", "spans", "dropped"):
+        t.add_column(col, justify="right")
+    for r in results:
+        s = r.run.meta["shape"]
+        t.add_row(r.run.kernel, f"{s['M']}x{s['N']}x{s['K']}", r.scheduler, _fmt(r.kernel_ms, ".3f"),
+                  _fmt(r.tflops(r.kernel_ms), ".1f"), _fmt(r.tflops(r.cublas_ms), ".1f"),
+                  _fmt(None if r.pct_of_cublas is None else 100 * r.pct_of_cublas, ".1f"),
+                  _fmt(r.tflops(r.profiled_ms), ".1f"),
+                  _fmt(None if r.overhead is None else 100 * r.overhead, "+.2f") + ("%" if r.overhead is not None else ""),
+                  _fmt(r.rel_error_plain, ".2e"), str(len(r.run.spans)), str(r.dropped))
+    return t
+
+
+def _print_sched_comparison(results) -> None:
+    try:
+        from .analysis import compare
+        from .analysis.tables import compare_table
+    except ImportError:
+        return
+    console.print(compare_table(compare([r.run for r in results])))
+
+
+@app.command("bench")
+def bench_cmd(
+    kernels: str = typer.Option("v1", "--kernels", "-k", help="Comma-separated kernels (see `gemmtrace list`)."),
+    shapes: Optional[List[str]] = typer.Option(None, "--shape", "-s", help="Shapes (N or MxNxK); default: the standard list."),
+    sched: str = typer.Option("static", "--sched", help="Scheduler(s), comma-separated."),
+    order: str = typer.Option("row", "--order", help="Tile order (persistent kernels)."),
+    iters: int = typer.Option(30, "--iters", help="Timed rounds per shape (median reported)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="JSON file (default: bench/results/<date>-<device>-<kernels>.json)."),
+) -> None:
+    """Time kernels over a shape list against cuBLAS (same process); print and save TFLOP/s and % of cuBLAS."""
+    from rich.progress import Progress
+
+    from .bench import DEFAULT_SHAPES, run_bench, save_bench
+
+    kernel_list = list(_split(kernels))
+    for k in kernel_list:
+        registry.get(k)
+    shape_list = [parse_shape(s) for s in shapes] if shapes else list(DEFAULT_SHAPES)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("bench", total=len(kernel_list) * len(shape_list))
+
+        rows, header = run_bench(kernel_list, shape_list, _split(sched), order, iters,
+                                 progress=lambda msg: (progress.update(task, description=msg, advance=1)))
+    path = save_bench(rows, header, output)
+    t = Table(title=f"gemmtrace bench on {header['device']['name']}")
+    for col in ("kernel", "shape", "sched", "ms", "TFLOP/s", "cuBLAS TFLOP/s", "% of cuBLAS", "profiler overhead", "rel. error"):
+        t.add_column(col, justify="right")
+    for row in rows:
+        d = row.to_dict()
+        t.add_row(row.kernel, "x".join(map(str, row.shape)), row.scheduler, f"{d['kernel_ms']:.3f}", f"{d['tflops']:.1f}",
+                  f"{d['cublas_tflops']:.1f}", f"{100 * d['pct_of_cublas']:.1f}", f"{100 * d['profiler_overhead']:+.2f}%",
+                  f"{d['rel_error']:.2e}")
+    console.print(t)
+    console.print(f"saved {path}")
+
+
+@app.command("export")
+def export_cmd(
+    run: Path = typer.Argument(..., help="A saved run folder."),
+    fmt: str = typer.Option("perfetto", "--format", "-f", help="perfetto (.perfetto-trace) or chrome (.json.gz)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Output file (default: inside the run folder)."),
+) -> None:
+    """Export a saved run as a Perfetto or Chrome trace (both open in ui.perfetto.dev)."""
+    import time
+
+    from .export import export
+    from .runner import _counters
+    from .trace import load
+
+    names = {"perfetto": "trace.perfetto-trace", "chrome": "trace.json.gz"}
+    if fmt not in names:
+        raise GemmtraceError(f"unknown format {fmt!r}; choose perfetto or chrome.")
+    r = load(run)
+    t0 = time.perf_counter()
+    path = export(r, output or (run / names[fmt]), fmt, counters=_counters(r))
+    dt = time.perf_counter() - t0
+    console.print(f"wrote {path} ({len(r.spans)} spans in {dt:.2f} s)")
+
+
+def main() -> None:
+    """Console entry point: user errors print one sentence and exit 1, never a traceback."""
+    try:
+        app()
+    except GemmtraceError as e:
+        err_console.print(f"[bold red]error:[/] {e}", highlight=False)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Load a built kernel library with ctypes and call its C entry points (gt_plan, gt_launch).
+
+The argument structs mirror include/gemmtrace/host.cuh; `KernelLibrary` checks their sizes against
+the library's own gt_abi_sizes() on load, so a mismatch is an error, not memory corruption.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from pathlib import Path
+
+from .paths import GemmtraceError
+
+SCHEDULERS = {"static": 0, "dynamic": 1}
+ORDERS = {"row": 0, "snake": 1, "hilbert": 2}
+
+
+class GtArgs(ctypes.Structure):
+    _fields_ = [
+        ("a", ctypes.c_void_p),
+        ("b", ctypes.c_void_p),
+        ("c", ctypes.c_void_p),
+        ("m", ctypes.c_int64),
+        ("n", ctypes.c_int64),
+        ("k", ctypes.c_int64),
+        ("prof_data", ctypes.c_void_p),
+        ("prof_capacity", ctypes.c_uint32),
+        ("profile", ctypes.c_int32),
+        ("sched", ctypes.c_int32),
+        ("order", ctypes.c_int32),
+        ("tile_counter", ctypes.c_void_p),
+        ("hang_report", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+        ("num_sms", ctypes.c_int32),
+        ("max_ctas", ctypes.c_int32),
+    ]
+
+
+class GtPlan(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_int32)
+        for name in (
+            "grid_ctas", "regions_per_cta", "records_per_region", "block_threads", "smem_bytes",
+            "tile_m", "tile_n", "tile_k", "stages", "cluster", "tiles", "reserved",
+        )
+    ]
+
+
+@dataclass(frozen=True)
+class Plan:
+    grid_ctas: int
+    regions_per_cta: int
+    records_per_region: int
+    block_threads: int
+    smem_bytes: int
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    stages: int
+    cluster: int
+    tiles: int
+
+    @classmethod
+    def from_c(cls, p: GtPlan) -> "Plan":
+        return cls(**{f: int(getattr(p, f)) for f in cls.__dataclass_fields__})
+
+
+class KernelLibrary:
+    """One kernel's shared library: plan a shape, launch the profiled or plain build."""
+
+    def __init__(self, path: Path, kernel: str):
+        self.kernel = kernel
+        try:
+            self._lib = ctypes.CDLL(str(path))
+        except OSError as e:
+            raise GemmtraceError(f"could not load the library of kernel {kernel} ({e}).") from None
+        self._lib.gt_plan.argtypes = [ctypes.POINTER(GtArgs), ctypes.POINTER(GtPlan), ctypes.c_char_p, ctypes.c_int]
+        self._lib.gt_launch.argtypes = [ctypes.POINTER(GtArgs), ctypes.c_char_p, ctypes.c_int]
+        a, p = ctypes.c_int(), ctypes.c_int()
+        self._lib.gt_abi_sizes(ctypes.byref(a), ctypes.byref(p))
+        if (a.value, p.value) != (ctypes.sizeof(GtArgs), ctypes.sizeof(GtPlan)):
+            raise GemmtraceError(
+                f"kernel {kernel}'s library was built with another argument layout (GtArgs {a.value} vs {ctypes.sizeof(GtArgs)} bytes); rebuild it."
+            )
+        self._err = ctypes.create_string_buffer(1024)
+
+    @staticmethod
+    def args(m: int, n: int, k: int, sched: str = "static", order: str = "row", **kw) -> GtArgs:
+        if sched not in SCHEDULERS:
+            raise GemmtraceError(f"unknown scheduler {sched!r}; choose one of {', '.join(SCHEDULERS)}.")
+        if order not in ORDERS:
+            raise GemmtraceError(f"unknown tile order {order!r}; choose one of {', '.join(ORDERS)}.")
+        return GtArgs(m=m, n=n, k=k, sched=SCHEDULERS[sched], order=ORDERS[order], **kw)
+
+    def plan(self, args: GtArgs) -> Plan:
+        out = GtPlan()
+        if self._lib.gt_plan(ctypes.byref(args), ctypes.byref(out), self._err, len(self._err)) != 0:
+            raise GemmtraceError(f"kernel {self.kernel} cannot run M={args.m}, N={args.n}, K={args.k}: {self._err.value.decode()}.")
+        return Plan.from_c(out)
+
+    def launch(self, args: GtArgs) -> None:
+        if self._lib.gt_launch(ctypes.byref(args), self._err, len(self._err)) != 0:
+            raise GemmtraceError(f"kernel {self.kernel}: {self._err.value.decode()}.")

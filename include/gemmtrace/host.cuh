@@ -1,0 +1,119 @@
+// Host side shared by every kernel library: the C ABI that gemmtrace/launch.py calls through ctypes,
+// tensor-map encoding through the runtime's driver entry points (no -lcuda), and error messages.
+#pragma once
+#include <cuda.h>  // types of the driver API only; nothing links libcuda
+#include <cuda_runtime.h>
+
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+
+#include "debug.cuh"
+#include "profiler.cuh"
+
+// Mirrors gemmtrace/launch.py's GtArgs: keep the two in step.
+struct GtArgs {
+  const void* a;  // (M, K) bf16, row-major
+  const void* b;  // (N, K) bf16, row-major
+  void* c;        // (M, N) bf16, row-major
+  int64_t m, n, k;
+  uint32_t* prof_data;  // profiler buffer, sized from gt_plan (ignored when profile == 0)
+  uint32_t prof_capacity;
+  int32_t profile;             // 1: launch the profiled build
+  int32_t sched;               // 0 static, 1 dynamic (persistent kernels)
+  int32_t order;               // 0 row, 1 snake, 2 hilbert (persistent kernels)
+  int32_t* tile_counter;       // dynamic scheduling: global counter(s), zeroed by the host once
+  gemmtrace::HangReport* hang_report;  // debug builds: host-mapped report of an expired wait
+  void* stream;                // cudaStream_t
+  int32_t num_sms;
+  int32_t max_ctas;            // persistent kernels: 0 = one per SM (or cluster); else a cap
+};
+
+// What the host needs to size buffers and describe the launch. Mirrors launch.py's GtPlan.
+struct GtPlan {
+  int32_t grid_ctas;           // CTAs launched
+  int32_t regions_per_cta;     // recording warps per CTA
+  int32_t records_per_region;  // spans one recording warp may write (default buffer)
+  int32_t block_threads;
+  int32_t smem_bytes;
+  int32_t tile_m, tile_n, tile_k;
+  int32_t stages;
+  int32_t cluster;  // CTAs per cluster
+  int32_t tiles;    // output tiles
+  int32_t reserved;
+};
+
+namespace gemmtrace::host {
+
+inline int fail(char* err, int errlen, const char* fmt, ...) {
+  if (err && errlen > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, size_t(errlen), fmt, ap);
+    va_end(ap);
+  }
+  return 1;
+}
+
+inline int check_cuda(cudaError_t e, const char* what, char* err, int errlen) {
+  if (e == cudaSuccess) return 0;
+  return fail(err, errlen, "%s failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+inline EncodeTiledFn encode_tiled_fn() {
+  static EncodeTiledFn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      p = nullptr;
+    return reinterpret_cast<EncodeTiledFn>(p);
+  }();
+  return fn;
+}
+
+// Encode a bf16 tensor map. dims/strides are innermost first; strides in bytes for dims 1..rank-1.
+inline int encode_bf16_tmap(CUtensorMap* map, const void* ptr, uint32_t rank, const uint64_t* dims,
+                            const uint64_t* strides, const uint32_t* box, CUtensorMapSwizzle swizzle,
+                            const char* name, char* err, int errlen) {
+  EncodeTiledFn fn = encode_tiled_fn();
+  if (!fn) return fail(err, errlen, "the CUDA driver does not provide cuTensorMapEncodeTiled");
+  uint32_t elem_strides[5] = {1, 1, 1, 1, 1};
+  CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(ptr), dims, strides, box,
+                  elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) return fail(err, errlen, "encoding the tensor map of %s failed (CUresult %d)", name, int(r));
+  return 0;
+}
+
+inline int check_bf16_gemm_shape(const GtArgs* args, int k_multiple, char* err, int errlen) {
+  if (args->m < 1 || args->n < 1 || args->k < 1)
+    return fail(err, errlen, "M, N and K must be positive (got %lld, %lld, %lld)", (long long)args->m,
+                (long long)args->n, (long long)args->k);
+  if (args->k % k_multiple != 0)
+    return fail(err, errlen, "K must be a multiple of %d (rows of A and B must be 16-byte aligned for TMA); got K=%lld",
+                k_multiple, (long long)args->k);
+  if (args->m > (1ll << 31) - 1 || args->n > (1ll << 31) - 1 || args->k > (1ll << 31) - 1)
+    return fail(err, errlen, "M, N and K must each be below 2^31");
+  return 0;
+}
+
+inline int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
+
+inline gemmtrace::ProfileBuffer profile_buffer(const GtArgs* args, const GtPlan& plan) {
+  return gemmtrace::ProfileBuffer{args->prof_data, args->prof_capacity, uint32_t(plan.regions_per_cta)};
+}
+
+}  // namespace gemmtrace::host
+
+// Lets the Python side check that its ctypes mirrors of GtArgs and GtPlan have the C layout.
+// (Each kernel library is one translation unit, so defining it here is safe.)
+extern "C" int gt_abi_sizes(int* args_bytes, int* plan_bytes) {
+  *args_bytes = int(sizeof(GtArgs));
+  *plan_bytes = int(sizeof(GtPlan));
+  return 0;
+}

@@ -1,0 +1,64 @@
+// mbarrier wrappers (PTX ISA "Parallel Synchronization and Communication Instructions: mbarrier").
+#pragma once
+#include <cstdint>
+
+#include "debug.cuh"
+
+namespace gemmtrace {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
+}
+
+// Make barrier initialisation visible to the async proxy (TMA) and, for clusters, to peer CTAs.
+__device__ __forceinline__ void mbarrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+// Arrive on the barrier at the same smem offset in CTA `cta_rank` of the cluster.
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar, uint32_t cta_rank) {
+  asm volatile(
+      "{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
+      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" ::"r"(bar),
+      "r"(cta_rank)
+      : "memory");
+}
+
+__device__ __forceinline__ bool mbarrier_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// Wait until the barrier's phase with the given parity has completed. In debug builds
+// (GEMMTRACE_DEBUG) the wait is bounded: on expiry it reports `site` and stops the kernel.
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity, const WaitSite& site) {
+#ifdef GEMMTRACE_DEBUG
+  const uint64_t t0 = debug_clock_ns();
+  while (!mbarrier_try_wait(bar, parity)) {
+    if (debug_clock_ns() - t0 > GEMMTRACE_WAIT_TIMEOUT_NS) debug_report_hang(site, bar, parity);
+  }
+#else
+  (void)site;
+  while (!mbarrier_try_wait(bar, parity)) {
+  }
+#endif
+}
+
+}  // namespace gemmtrace

@@ -1,0 +1,118 @@
+"""Every kernel compiles for its architecture with nvcc (no GPU needed), without spills, and the
+registry's description of each kernel matches what its library's gt_plan() says."""
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gemmtrace import registry
+from gemmtrace.build import _flags, build, nvcc_path, parse_ptxas
+from gemmtrace.launch import KernelLibrary
+
+ALL = sorted(registry.KERNELS)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """A fresh cache, so the kernels really compile here rather than come from an earlier session."""
+    import os
+
+    d = tmp_path_factory.mktemp("gtcache")
+    old = os.environ.get("GEMMTRACE_CACHE")
+    os.environ["GEMMTRACE_CACHE"] = str(d)
+    yield d
+    if old is None:
+        del os.environ["GEMMTRACE_CACHE"]
+    else:
+        os.environ["GEMMTRACE_CACHE"] = old
+
+
+def test_build_all_cli_compiles_every_kernel_without_spills(cache):
+    for arch in registry.ARCHS:
+        kernels = registry.for_arch(arch)
+        out = subprocess.run([sys.executable, "-m", "gemmtrace", "build", "--all", "--arch", arch],
+                             capture_output=True, text=True, timeout=900)
+        assert out.returncode == 0, out.stdout + out.stderr
+        for k in kernels:
+            r = build(k.name, arch)
+            assert r.cached, f"{k.name} was not cached by the CLI build"
+            assert r.resources, f"no ptxas report parsed for {k.name}"
+            for res in r.resources:
+                assert res.spills == 0, f"{k.name} {res.function} spills {res.spills} bytes"
+                assert res.stack_bytes == 0, f"{k.name} {res.function} uses a {res.stack_bytes}-byte stack frame"
+            assert k.name in out.stdout
+
+
+def test_profiled_and_plain_instantiations_are_reported(cache):
+    for name in ALL:
+        r = build(name)
+        kinds = {res.profiled for res in r.resources}
+        assert kinds == {True, False}, f"{name}: expected a profiled and a plain kernel, got {r.resources}"
+
+
+def test_cached_build_is_fast(cache):
+    build("v1")
+    t = time.perf_counter()
+    r = build("v1")
+    assert r.cached and time.perf_counter() - t < 1.0
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_registry_matches_the_kernels_own_plan(cache, name):
+    spec = registry.get(name)
+    lib = KernelLibrary(build(name).library, name)
+    p = lib.plan(lib.args(4096, 4096, 4096, num_sms=132))
+    assert (p.tile_m, p.tile_n, p.tile_k) == spec.tile
+    assert p.stages == spec.stages and p.block_threads == spec.threads and p.cluster == spec.cluster
+    assert p.regions_per_cta >= 1 and p.records_per_region >= 1
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_kernels_reject_bad_shapes_before_launch(cache, name):
+    from gemmtrace import GemmtraceError
+
+    lib = KernelLibrary(build(name).library, name)
+    with pytest.raises(GemmtraceError, match="multiple of 8"):
+        lib.plan(lib.args(256, 256, 100))
+    with pytest.raises(GemmtraceError, match="positive"):
+        lib.plan(lib.args(0, 256, 64))
+
+
+def _ptx_entries(ptx: str) -> dict[str, tuple[list[str], str]]:
+    """entry name -> (parameter names, body)."""
+    out = {}
+    for m in re.finditer(r"\.entry\s+(\S+)\(([^)]*)\)(.*?)(?=\.entry|\Z)", ptx, re.S):
+        params = re.findall(r"\.param\s+[^\n,]*?\s(\S+?)(?:\[\d+\])?\s*(?:,|$)", m.group(2), re.M)
+        out[m.group(1)] = (params, m.group(3))
+    return out
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_profiler_off_leaves_no_trace_in_the_code(tmp_path, name):
+    """The plain instantiation never reads %globaltimer nor touches its ProfileBuffer parameter."""
+    spec = registry.get(name)
+    flags = [f for f in _flags(spec, spec.arch, False) if f not in ("-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v")]
+    ptx_path = tmp_path / "k.ptx"
+    subprocess.run([nvcc_path(), *flags, "-ptx", str(spec.path), "-o", str(ptx_path)], check=True, capture_output=True)
+    entries = _ptx_entries(ptx_path.read_text())
+    plain = {n: e for n, e in entries.items() if "ILb0E" in n}
+    profiled = {n: e for n, e in entries.items() if "ILb1E" in n}
+    assert plain and profiled
+    for n, (params, body) in plain.items():
+        assert "%globaltimer" not in body, n
+        assert params[-1] not in body, f"{n} reads its profiler parameter {params[-1]}"
+    for n, (params, body) in profiled.items():
+        assert "%globaltimer" in body and params[-1] in body, n
+
+
+def test_ptxas_parser_reads_spills():
+    log = (
+        "ptxas info    : Compiling entry function '_Z7gemm_v9ILb1EEvv' for 'sm_90a'\n"
+        "ptxas info    : Function properties for _Z7gemm_v9ILb1EEvv\n"
+        "    16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+        "ptxas info    : Used 168 registers, used 1 barriers, 1024 bytes smem\n"
+    )
+    (r,) = parse_ptxas(log)
+    assert (r.registers, r.smem_bytes, r.stack_bytes, r.spills, r.profiled) == (168, 1024, 16, 20, True)

@@ -1,0 +1,87 @@
+"""The command line: help for every command, and one-sentence errors (exit 1, no traceback)."""
+import subprocess
+import sys
+
+import pytest
+
+from gemmtrace.cli import parse_shape
+from gemmtrace import GemmtraceError
+
+from conftest import HAVE_SM90
+
+
+def gt(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "gemmtrace", *args], capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.mark.parametrize("cmd", ["", "run", "build", "list", "export"])
+def test_help(cmd):
+    out = gt(*([cmd] if cmd else []), "--help")
+    assert out.returncode == 0, out.stderr
+    assert "Usage" in out.stdout
+
+
+def test_run_help_names_the_options():
+    out = gt("run", "--help").stdout
+    for opt in ("--kernel", "--shape", "--sched", "--iters", "--out", "--buffer-scale"):
+        assert opt in out
+
+
+def assert_one_sentence_error(out, *needles):
+    assert out.returncode == 1, (out.returncode, out.stdout, out.stderr)
+    err = out.stderr.strip()
+    assert err.startswith("error:"), err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    for n in needles:
+        assert n in err, err
+
+
+def test_unknown_kernel():
+    assert_one_sentence_error(gt("run", "--kernel", "v99"), "unknown kernel 'v99'")
+
+
+def test_bad_shape():
+    assert_one_sentence_error(gt("run", "--shape", "12x-3"), "shape")
+
+
+def test_build_needs_kernel_or_all():
+    assert_one_sentence_error(gt("build"), "--kernel NAME or --all")
+
+
+def test_unknown_arch():
+    assert_one_sentence_error(gt("build", "--all", "--arch", "sm75"), "unknown architecture")
+
+
+def test_export_of_missing_and_corrupt_runs(tmp_path):
+    assert_one_sentence_error(gt("export", str(tmp_path / "none")), "no such directory")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "meta.json").write_text("{}")
+    (tmp_path / "bad" / "spans.npz").write_bytes(b"\x00" * 10)
+    assert_one_sentence_error(gt("export", str(tmp_path / "bad")), "format_version")
+
+
+def test_unsupported_scheduler_is_refused_before_any_gpu_work():
+    assert_one_sentence_error(gt("run", "--kernel", "v1", "--sched", "dynamic"), "no dynamic scheduler")
+
+
+@pytest.mark.skipif(HAVE_SM90, reason="this machine has a GPU")
+def test_run_without_gpu_says_so():
+    assert_one_sentence_error(gt("run", "--kernel", "v1", "--shape", "256"), "GPU")
+
+
+def test_list_shows_every_kernel():
+    from gemmtrace import registry
+
+    out = gt("list")
+    assert out.returncode == 0
+    for name, spec in registry.KERNELS.items():
+        assert name in out.stdout and spec.tile_str in out.stdout
+
+
+def test_parse_shape():
+    assert parse_shape("4096") == (4096, 4096, 4096)
+    assert parse_shape("8192x8192x4096") == (8192, 8192, 4096)
+    assert parse_shape("1,2,3") == (1, 2, 3)
+    for bad in ("", "0", "1x2", "axbxc", "1x2x3x4"):
+        with pytest.raises(GemmtraceError):
+            parse_shape(bad)
