@@ -33,6 +33,9 @@ class GtArgs(ctypes.Structure):
         ("stream", ctypes.c_void_p),
         ("num_sms", ctypes.c_int32),
         ("max_ctas", ctypes.c_int32),
+        ("tile_order", ctypes.c_void_p),
+        ("debug_fault", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
     ]
 
 

@@ -28,6 +28,7 @@ class KernelSpec:
     threads: int
     roles: tuple[str, ...]  # roles that record spans
     k_multiple: int = 8
+    n_multiple: int = 1  # TMA-store epilogues need 16-byte rows of C: N a multiple of 8
     schedulers: tuple[str, ...] = ("static",)
     orders: tuple[str, ...] = ("row",)
     cluster: int = 1
@@ -59,6 +60,60 @@ KERNELS: dict[str, KernelSpec] = {
             stages=1,
             threads=128,
             roles=("consumer",),
+        ),
+        KernelSpec(
+            name="v2",
+            source="sm90/v2_swizzle.cu",
+            arch="sm90a",
+            idea="128-byte swizzled TMA tiles and matching wgmma descriptors, BK=128 (two swizzle atoms)",
+            tile=(128, 128, 128),
+            stages=1,
+            threads=128,
+            roles=("consumer",),
+        ),
+        KernelSpec(
+            name="v3",
+            source="sm90/v3_pipeline.cu",
+            arch="sm90a",
+            idea="multi-stage shared-memory pipeline: full/empty mbarriers per stage, loads run ahead, wgmma one k-block deep",
+            tile=(128, 128, 64),
+            stages=3,
+            threads=128,
+            roles=("consumer",),
+        ),
+        KernelSpec(
+            name="v4",
+            source="sm90/v4_warp_specialized.cu",
+            arch="sm90a",
+            idea="warp specialization: a TMA producer warp, two consumer warpgroups on a 128x256 tile, setmaxnreg",
+            tile=(128, 256, 64),
+            stages=4,
+            threads=384,
+            roles=("producer", "consumer"),
+        ),
+        KernelSpec(
+            name="v5",
+            source="sm90/v5_cluster_tma_store.cu",
+            arch="sm90a",
+            idea="2-CTA clusters sharing B by TMA multicast, TMA-store epilogue through swizzled shared memory",
+            tile=(128, 256, 64),
+            stages=4,
+            threads=384,
+            roles=("producer", "consumer"),
+            cluster=2,
+            n_multiple=8,
+        ),
+        KernelSpec(
+            name="v6",
+            source="sm90/v6_persistent.cu",
+            arch="sm90a",
+            idea="persistent clusters with a static schedule; the next tile's loads and the TMA stores overlap the epilogue",
+            tile=(128, 256, 64),
+            stages=4,
+            threads=384,
+            roles=("producer", "consumer"),
+            cluster=2,
+            n_multiple=8,
         ),
     ]
 }

@@ -45,6 +45,7 @@ class RunOptions:
     check: bool = True
     time: bool = True
     max_ctas: int = 0
+    debug_fault: int = 0  # debug builds only: 1 = drop the first load (shows a bounded wait firing)
 
     def __post_init__(self):
         registry.get(self.kernel)
@@ -65,6 +66,8 @@ class RunOptions:
             raise GemmtraceError(f"kernel {self.kernel} has no {self.order} tile order (it supports {', '.join(spec.orders)}).")
         if self.time and self.iters < MIN_ITERS:
             raise GemmtraceError(f"--iters must be at least {MIN_ITERS} for a median worth quoting; got {self.iters}.")
+        if self.debug_fault and not self.debug:
+            raise GemmtraceError("a debug fault can only be injected into a debug build (--debug).")
         if self.buffer_scale <= 0:
             raise GemmtraceError(f"buffer scale must be positive; got {self.buffer_scale}.")
 
@@ -124,7 +127,7 @@ def _torch():
     try:
         import torch
     except ImportError:
-        raise GemmtraceError("gemmtrace run needs PyTorch with CUDA (pip install torch), which is not installed.") from None
+        raise GemmtraceError("running kernels needs a CUDA GPU and PyTorch with CUDA, and PyTorch is not installed.") from None
     return torch
 
 
@@ -228,6 +231,7 @@ class _Harness:
             profile=int(profile), tile_counter=self.counter.data_ptr(),
             hang_report=(self.hang.data_ptr() if self.hang is not None else None),
             stream=self.stream, num_sms=self.props.multi_processor_count, max_ctas=self.opts.max_ctas,
+            debug_fault=self.opts.debug_fault,
         )
 
     def plan(self, sched: str) -> Plan:

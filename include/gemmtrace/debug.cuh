@@ -32,6 +32,11 @@ constexpr uint32_t kHangMagic = 0x48414E47u;  // "HANG"
 // Set by the host launcher before each debug launch (cudaMemcpyToSymbol would need the module;
 // a __device__ pointer in each kernel's translation unit is simplest).
 __device__ HangReport* g_hang_report;
+__device__ uint32_t g_hang_claimed;  // in device memory: atomics on host-mapped memory are not portable
+// 1: producers drop their first TMA load, so consumers wait on a barrier that never completes: a
+// deliberately broken launch that shows the bounded waits firing (tests/test_gpu_kernels.py).
+__device__ int32_t g_debug_fault;
+__device__ __forceinline__ bool debug_drop_load(int kb) { return g_debug_fault == 1 && kb == 0; }
 
 __device__ __forceinline__ uint64_t debug_clock_ns() {
   uint64_t t;
@@ -41,7 +46,7 @@ __device__ __forceinline__ uint64_t debug_clock_ns() {
 
 __device__ __noinline__ void debug_report_hang(const WaitSite& site, uint32_t bar, uint32_t parity) {
   HangReport* r = g_hang_report;
-  if (r != nullptr && atomicCAS(&r->magic, 0u, 1u) == 0u) {  // first waiter to expire reports
+  if (r != nullptr && atomicCAS(&g_hang_claimed, 0u, 1u) == 0u) {  // first waiter to expire reports
     uint32_t sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     r->sm = sm;
@@ -53,12 +58,20 @@ __device__ __noinline__ void debug_report_hang(const WaitSite& site, uint32_t ba
     r->kblock = site.kblock;
     r->parity = parity;
     r->smem_addr = bar;
+    __threadfence_system();  // the fields land before the magic word that says they are valid
+    volatile uint32_t* magic = &r->magic;
+    *magic = kHangMagic;
     __threadfence_system();
-    atomicExch(&r->magic, kHangMagic);
+    // Seen on an H100: the fields reached the host but the last store before the trap did not.
+    // A second, redundant store is the one the trap may swallow.
+    *magic = kHangMagic;
     __threadfence_system();
+
   }
   asm volatile("trap;");
 }
+#else
+__device__ __forceinline__ constexpr bool debug_drop_load(int) { return false; }
 #endif
 
 }  // namespace gemmtrace

@@ -27,6 +27,9 @@ struct GtArgs {
   void* stream;                // cudaStream_t
   int32_t num_sms;
   int32_t max_ctas;            // persistent kernels: 0 = one per SM (or cluster); else a cap
+  const int32_t* tile_order;   // persistent kernels: the tile (or cluster tile) ids in visiting order
+  int32_t debug_fault;         // debug builds: 1 = the producer drops its first load (tests bounded waits)
+  int32_t reserved;
 };
 
 // What the host needs to size buffers and describe the launch. Mirrors launch.py's GtPlan.
@@ -90,6 +93,16 @@ inline int encode_bf16_tmap(CUtensorMap* map, const void* ptr, uint32_t rank, co
   return 0;
 }
 
+// A (rows, cols) row-major bf16 matrix as a 2-D tensor map {cols, rows} whose box is one 128-byte
+// swizzle atom wide ({64, box_rows}): operand tiles for wgmma (K-major) and C tiles for TMA stores.
+inline int encode_rows_sw128(CUtensorMap* map, const void* ptr, int64_t rows, int64_t cols, uint32_t box_rows,
+                             const char* name, char* err, int errlen) {
+  const uint64_t dims[2] = {uint64_t(cols), uint64_t(rows)};
+  const uint64_t strides[1] = {uint64_t(cols) * 2};
+  const uint32_t box[2] = {64, box_rows};
+  return encode_bf16_tmap(map, ptr, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, name, err, errlen);
+}
+
 inline int check_bf16_gemm_shape(const GtArgs* args, int k_multiple, char* err, int errlen) {
   if (args->m < 1 || args->n < 1 || args->k < 1)
     return fail(err, errlen, "M, N and K must be positive (got %lld, %lld, %lld)", (long long)args->m,
@@ -100,6 +113,23 @@ inline int check_bf16_gemm_shape(const GtArgs* args, int k_multiple, char* err, 
   if (args->m > (1ll << 31) - 1 || args->n > (1ll << 31) - 1 || args->k > (1ll << 31) - 1)
     return fail(err, errlen, "M, N and K must each be below 2^31");
   return 0;
+}
+
+// Debug builds: point the kernel's bounded waits at the host-mapped hang report before a launch,
+// and pass the requested fault (if any).
+inline int set_hang_report(const GtArgs* args, cudaStream_t stream, char* err, int errlen) {
+#ifdef GEMMTRACE_DEBUG
+  if (check_cuda(cudaMemcpyToSymbolAsync(gemmtrace::g_hang_report, &args->hang_report, sizeof(void*), 0,
+                                         cudaMemcpyHostToDevice, stream),
+                 "setting the hang report", err, errlen))
+    return 1;
+  return check_cuda(cudaMemcpyToSymbolAsync(gemmtrace::g_debug_fault, &args->debug_fault, sizeof(int32_t), 0,
+                                            cudaMemcpyHostToDevice, stream),
+                    "setting the debug fault", err, errlen);
+#else
+  (void)args, (void)stream, (void)err, (void)errlen;
+  return 0;
+#endif
 }
 
 inline int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }

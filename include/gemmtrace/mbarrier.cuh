@@ -27,11 +27,14 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
-// Arrive on the barrier at the same smem offset in CTA `cta_rank` of the cluster.
+// Arrive on the barrier at the same smem offset in CTA `cta_rank` of the cluster. Default semantics
+// (release at CTA scope), as CUTLASS's ClusterBarrier::arrive(cta_id): what orders this warp's
+// finished wgmma reads before the peer's next TMA write is the barrier itself; a .release.cluster
+// arrive costs a cluster-scope fence per k-block.
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar, uint32_t cta_rank) {
   asm volatile(
       "{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
-      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" ::"r"(bar),
+      " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}" ::"r"(bar),
       "r"(cta_rank)
       : "memory");
 }

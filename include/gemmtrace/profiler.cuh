@@ -71,7 +71,8 @@ template <>
 struct Recorder<false> {
   __device__ __forceinline__ void init(const ProfileBuffer&, uint32_t, Role) {}
   __device__ __forceinline__ uint32_t now() const { return 0; }
-  __device__ __forceinline__ void record(Tag, uint32_t, uint32_t = kNoTile, uint32_t = kNoKBlock) {}
+  __device__ __forceinline__ uint32_t record(Tag, uint32_t, uint32_t = kNoTile, uint32_t = kNoKBlock) { return 0; }
+  __device__ __forceinline__ void record_span(Tag, uint32_t, uint32_t, uint32_t = kNoTile, uint32_t = kNoKBlock) {}
   __device__ __forceinline__ void finish() {}
 };
 
@@ -95,20 +96,33 @@ struct Recorder<true> {
     base_ = globaltimer_ns();
   }
 
-  // Time since init, in ns; the start of a span.
-  __device__ __forceinline__ uint32_t now() const { return uint32_t(globaltimer_ns() - base_); }
+  // Time since init, in ns; the start of a span. Warps that never called init() read no timer
+  // (region_ is warp-uniform, so this is a uniform branch, not divergence).
+  __device__ __forceinline__ uint32_t now() const {
+    return region_ == nullptr ? 0u : uint32_t(globaltimer_ns() - base_);
+  }
 
-  // Close a span that started at `start` (from now()) and store it.
-  __device__ __forceinline__ void record(Tag tag, uint32_t start, uint32_t tile = kNoTile,
-                                         uint32_t kblock = kNoKBlock) {
+  // Close a span that started at `start` (from now()) and store it; returns the span's end.
+  __device__ __forceinline__ uint32_t record(Tag tag, uint32_t start, uint32_t tile = kNoTile,
+                                             uint32_t kblock = kNoKBlock) {
+    if (region_ == nullptr) return 0;
     const uint32_t end = now();
-    if (leader_ && count_ < capacity_) {
-      uint32_t* rec = region_ + kHeaderWords + count_ * kRecordWords;
-      const uint32_t word3 = uint32_t(tag) | (kblock << 8);
-      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(rec), "r"(start), "r"(end), "r"(tile),
-                   "r"(word3)
-                   : "memory");
-    }
+    record_span(tag, start, end, tile, kblock);
+    return end;
+  }
+
+  // Store a span whose end the caller already read with now(): lets a loop take one timer read
+  // per boundary (the end of one span is the start of the next) instead of two.
+  __device__ __forceinline__ void record_span(Tag tag, uint32_t start, uint32_t end, uint32_t tile = kNoTile,
+                                              uint32_t kblock = kNoKBlock) {
+    if (region_ == nullptr) return;
+    // One predicated 16-byte store by lane 0: no branch (the warp never diverges) and no "memory"
+    // clobber (nothing in the kernel reads the buffer, so the compiler may keep scheduling freely).
+    uint32_t* rec = region_ + kHeaderWords + min(count_, capacity_ - 1) * kRecordWords;
+    const uint32_t word3 = uint32_t(tag) | (kblock << 8);
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p st.global.v4.u32 [%0], {%1, %2, %3, %4};\n}" ::"l"(rec),
+        "r"(start), "r"(end), "r"(tile), "r"(word3), "r"(uint32_t(leader_ && count_ < capacity_)));
     ++count_;
   }
 

@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kThreads) gemm_v1(const __grid_constant__ CUte
 
   for (int kb = 0; kb < num_kb; ++kb) {
     t = rec.now();
-    if (tid == 0) {
+    if (tid == 0 && !debug_drop_load(kb)) {
       mbarrier_arrive_expect_tx(full, kTileBytesA + kTileBytesB);
       tma_load_3d(smem_a, &tmap_a, full, 0, m_block * BM, kb * (BK / 8));
       tma_load_3d(smem_b, &tmap_b, full, 0, n_block * BN, kb * (BK / 8));
@@ -160,12 +160,7 @@ extern "C" int gt_launch(const GtArgs* args, char* err, int errlen) {
   if (host::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.smem_bytes),
                        "cudaFuncSetAttribute", err, errlen))
     return 1;
-#ifdef GEMMTRACE_DEBUG
-  if (host::check_cuda(cudaMemcpyToSymbolAsync(g_hang_report, &args->hang_report, sizeof(void*), 0,
-                                               cudaMemcpyHostToDevice, stream),
-                       "setting the hang report", err, errlen))
-    return 1;
-#endif
+  if (host::set_hang_report(args, stream, err, errlen)) return 1;
   kernel<<<grid, p.block_threads, p.smem_bytes, stream>>>(tmap_a, tmap_b, static_cast<__nv_bfloat16*>(args->c),
                                                           int(args->m), int(args->n), int(args->k),
                                                           host::profile_buffer(args, p));

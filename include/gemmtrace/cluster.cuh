@@ -1,0 +1,24 @@
+// Thread-block cluster helpers (PTX ISA "barrier.cluster", "%cluster_ctarank").
+#pragma once
+#include <cstdint>
+
+namespace gemmtrace {
+
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+// Every thread of every CTA in the cluster arrives and waits: orders barrier initialisation before
+// peers use it, and keeps a CTA's shared memory alive until its peers are done with it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// Synchronize `threads` threads (a multiple of 32) on named barrier `id` (1..15; 0 is __syncthreads).
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace gemmtrace

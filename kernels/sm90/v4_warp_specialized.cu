@@ -1,0 +1,160 @@
+// v4 (sm_90a): v3 plus warp specialization: a producer warp issues TMA, two consumer warpgroups
+// issue wgmma on a 128x256 tile, and setmaxnreg moves registers from the producer to the consumers.
+//
+// What changes from v3: the CTA is three warpgroups. Warpgroup 0 is the producer: its first warp
+// (one elected lane) waits for a free stage and issues the stage's TMA loads, running up to
+// kStages k-blocks ahead; it gives its registers back (setmaxnreg.dec to 40). Warpgroups 1 and 2
+// are consumers (setmaxnreg.inc to 232): each owns 64 rows of the 128x256 tile, i.e. one
+// m64n256k16 accumulator of 128 fp32 registers per thread, and reads the same B stage. Producer
+// and consumers meet only at the full/empty mbarriers, so loads never wait for MMAs to be issued.
+// The larger tile doubles the math per byte loaded from L2 compared with v3's 128x128.
+//
+// Shapes: any M, N >= 1 and K a multiple of 8.
+#include <cuda_bf16.h>
+
+#include "gemmtrace/epilogue.cuh"
+#include "gemmtrace/host.cuh"
+#include "gemmtrace/mbarrier.cuh"
+#include "gemmtrace/profiler.cuh"
+#include "gemmtrace/tma.cuh"
+#include "gemmtrace/wgmma.cuh"
+
+namespace {
+
+using namespace gemmtrace;
+
+constexpr int BM = 128, BN = 256, BK = 64, kStages = 4;
+constexpr int kConsumers = 2;                        // consumer warpgroups, 64 rows each
+constexpr int kThreads = 128 * (1 + kConsumers);
+constexpr int kTileBytesA = BM * BK * 2, kTileBytesB = BN * BK * 2;
+constexpr int kStageBytes = kTileBytesA + kTileBytesB;
+constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
+enum BarrierId : uint32_t { kFullBarrier = 0, kEmptyBarrier = 1 };
+
+template <bool kProfile>
+__global__ void __launch_bounds__(kThreads, 1) gemm_v4(const __grid_constant__ CUtensorMap tmap_a,
+                                                       const __grid_constant__ CUtensorMap tmap_b, __nv_bfloat16* c,
+                                                       int M, int N, int K, ProfileBuffer prof) {
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t stage0 = (smem_addr(smem_raw) + 1023) & ~1023u;  // swizzle atoms need 1024-byte alignment
+  const uint32_t full0 = stage0 + kStages * kStageBytes, empty0 = full0 + kStages * 8;
+  auto smem_a = [&](int s) { return stage0 + s * kStageBytes; };
+  auto smem_b = [&](int s) { return stage0 + s * kStageBytes + kTileBytesA; };
+  auto full = [&](int s) { return full0 + s * 8; };
+  auto empty = [&](int s) { return empty0 + s * 8; };
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
+  const int n_block = blockIdx.x, m_block = blockIdx.y;
+  const uint32_t tile = uint32_t(m_block) * gridDim.x + n_block;
+  const int num_kb = (K + BK - 1) / BK;
+
+  Recorder<kProfile> rec;
+  if (warp % 4 == 0) rec.init(prof, wg, wg == 0 ? Role::PRODUCER : Role::CONSUMER);
+  uint32_t t = rec.now();
+  if (tid == 0) {
+    tma_prefetch_descriptor(&tmap_a);
+    tma_prefetch_descriptor(&tmap_b);
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(full(s), 1);
+      mbarrier_init(empty(s), kConsumers * 4);  // one arrive per consumer warp
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  t = rec.record(Tag::SETUP, t, tile);
+
+  if (wg == 0) {  // ---------------- producer ----------------
+    setmaxnreg_dec<40>();
+    if (warp == 0) {
+      for (int kb = 0; kb < num_kb; ++kb) {
+        const int s = kb % kStages;
+        // A fresh barrier counts its phase "before 0" as complete, so the first pass does not wait.
+        if (lane == 0)
+          mbarrier_wait(empty(s), ((kb / kStages) & 1) ^ 1,
+                        WaitSite{uint32_t(Role::PRODUCER), kEmptyBarrier, tile, uint32_t(kb)});
+        t = rec.record(Tag::WAIT_EMPTY, t, tile, kb);  // the issue span starts where the wait ended
+        if (lane == 0 && !debug_drop_load(kb)) {
+          mbarrier_arrive_expect_tx(full(s), kStageBytes);
+          tma_load_2d(smem_a(s), &tmap_a, full(s), kb * BK, m_block * BM);
+          tma_load_2d(smem_b(s), &tmap_b, full(s), kb * BK, n_block * BN);
+        }
+        t = rec.record(Tag::TMA_ISSUE, t, tile, kb);
+      }
+    }
+  } else {  // ---------------- consumers ----------------
+    setmaxnreg_inc<232>();
+    const int cw = wg - 1;  // this consumer's 64-row slice of the tile
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+
+    uint32_t mma_start = 0, prev_retired = 0, mark = rec.now();  // mark: where this warp's last span ended
+    for (int kb = 0; kb < num_kb; ++kb) {
+      const int s = kb % kStages;
+      mbarrier_wait(full(s), (kb / kStages) & 1, WaitSite{uint32_t(Role::CONSUMER), kFullBarrier, tile, uint32_t(kb)});
+      const uint32_t issued = rec.now();
+      rec.record_span(Tag::WAIT_FULL, mark, issued, tile, kb);
+      wgmma_fence();
+#pragma unroll
+      for (int k16 = 0; k16 < BK / 16; ++k16)
+        wgmma_bf16<BN>(acc, make_desc_sw128(smem_a(s) + cw * 64 * 128 + k16 * 32), make_desc_sw128(smem_b(s) + k16 * 32),
+                       (kb > 0 || k16 > 0) ? 1 : 0);
+      wgmma_commit();
+      wgmma_wait<1>();  // k-block kb - 1 has retired; kb stays queued
+      if (kb > 0) {
+        if (lane == 0) mbarrier_arrive(empty((kb - 1) % kStages));
+        prev_retired = rec.record(Tag::MMA, max(mma_start, prev_retired), tile, kb - 1);
+        mark = prev_retired;
+      }
+      if (kb == 0) mark = issued;
+      mma_start = issued;
+    }
+    wgmma_wait<0>();
+    fence_registers(acc);
+    t = rec.record(Tag::MMA, max(mma_start, prev_retired), tile, num_kb - 1);  // the epilogue starts here
+
+    store_fragment_global<BN>(acc, c, M, N, m_block * BM + cw * 64, n_block * BN);
+    rec.record(Tag::EPILOGUE, t, tile);
+  }
+  rec.finish();
+}
+
+int plan(const GtArgs* args, GtPlan* p, char* err, int errlen) {
+  if (host::check_bf16_gemm_shape(args, 8, err, errlen)) return 1;
+  const int grid_m = host::ceil_div(args->m, BM), grid_n = host::ceil_div(args->n, BN);
+  if (grid_m > 65535) return host::fail(err, errlen, "M=%lld needs more than 65535 row blocks", (long long)args->m);
+  const int num_kb = host::ceil_div(args->k, BK);
+  *p = GtPlan{};
+  p->grid_ctas = grid_m * grid_n;
+  p->regions_per_cta = 1 + kConsumers;     // the producer warp and one warp per consumer warpgroup
+  p->records_per_region = 2 * num_kb + 2;  // setup, two spans per k-block, epilogue (consumers)
+  p->block_threads = kThreads;
+  p->smem_bytes = kSmemBytes;
+  p->tile_m = BM, p->tile_n = BN, p->tile_k = BK;
+  p->stages = kStages;
+  p->cluster = 1;
+  p->tiles = grid_m * grid_n;
+  return 0;
+}
+
+}  // namespace
+
+extern "C" int gt_plan(const GtArgs* args, GtPlan* p, char* err, int errlen) { return plan(args, p, err, errlen); }
+
+extern "C" int gt_launch(const GtArgs* args, char* err, int errlen) {
+  GtPlan p;
+  if (plan(args, &p, err, errlen)) return 1;
+  CUtensorMap tmap_a, tmap_b;
+  if (host::encode_rows_sw128(&tmap_a, args->a, args->m, args->k, BM, "A", err, errlen)) return 1;
+  if (host::encode_rows_sw128(&tmap_b, args->b, args->n, args->k, BN, "B", err, errlen)) return 1;
+  const dim3 grid(host::ceil_div(args->n, BN), host::ceil_div(args->m, BM));
+  auto stream = static_cast<cudaStream_t>(args->stream);
+  auto kernel = args->profile ? gemm_v4<true> : gemm_v4<false>;
+  if (host::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.smem_bytes),
+                       "cudaFuncSetAttribute", err, errlen))
+    return 1;
+  if (host::set_hang_report(args, stream, err, errlen)) return 1;
+  kernel<<<grid, p.block_threads, p.smem_bytes, stream>>>(tmap_a, tmap_b, static_cast<__nv_bfloat16*>(args->c),
+                                                          int(args->m), int(args->n), int(args->k),
+                                                          host::profile_buffer(args, p));
+  return host::check_cuda(cudaGetLastError(), "launching gemm_v4", err, errlen);
+}

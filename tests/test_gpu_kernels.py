@@ -1,0 +1,99 @@
+"""On an sm_90a GPU: every Hopper kernel is correct (profiled and plain) and its trace is well formed
+(skipped without one)."""
+import math
+import subprocess
+import sys
+
+import pytest
+
+from gemmtrace import GemmtraceError, registry
+from gemmtrace.runner import RunOptions, run_kernel
+
+pytestmark = pytest.mark.gpu
+
+KERNELS = [k.name for k in registry.for_arch("sm90a")]
+
+
+def shapes_for(spec):
+    odd_n = 1500 if spec.n_multiple == 1 else 1496  # not a multiple of any tile
+    return [(128, 128, 64), (4096, 4096, 4096), (8192, 8192, 8192), (2048, 6144, 1024), (1000, odd_n, 520)]
+
+
+CASES = [(k, s) for k in KERNELS for s in shapes_for(registry.get(k))]
+
+
+@pytest.fixture(scope="module")
+def runs():
+    cache = {}
+
+    def get(kernel, shape):
+        if (kernel, shape) not in cache:
+            # check=True compares the profiled and plain builds with the fp32 reference on poisoned output.
+            cache[(kernel, shape)] = run_kernel(RunOptions(kernel, shape, time=False))[0]
+        return cache[(kernel, shape)]
+
+    return get
+
+
+@pytest.mark.parametrize("kernel,shape", CASES)
+def test_correct_profiled_and_plain(runs, kernel, shape):
+    r = runs(kernel, shape)
+    assert r.rel_error_plain is not None and r.rel_error_plain < 1e-2
+    assert r.rel_error_profiled is not None and r.rel_error_profiled < 1e-2
+
+
+@pytest.mark.parametrize("kernel,shape", CASES)
+def test_trace_is_well_formed(runs, kernel, shape):
+    r = runs(kernel, shape)
+    spec = registry.get(kernel)
+    s = r.run.spans
+    m, n, k = shape
+    bm, bn, bk = spec.tile
+    grid_m = math.ceil(m / bm)
+    grid_m = math.ceil(grid_m / spec.cluster) * spec.cluster  # clusters pad the grid
+    tiles = grid_m * math.ceil(n / bn)
+    num_kb = math.ceil(k / bk)
+    consumers = 2 if "producer" in spec.roles else 1  # warp-specialized kernels: two consumer warpgroups
+    assert r.dropped == 0 and r.run.meta["profiler"]["incomplete_regions"] == 0
+    assert (s["end_ns"] >= s["start_ns"]).all() and s["start_ns"].min() == 0
+    # Every span lies inside the launch timed by CUDA events (plus the timer's step and launch skew).
+    assert s["end_ns"].max() <= r.run.meta["profiler"]["traced_launch_ms"] * 1e6 + 2000
+    assert s["sm"].max() < r.run.sm_count
+    mma = s[s["tag"] == "mma"]
+    assert len(mma) == tiles * num_kb * consumers  # one MMA span per k-block per tile (per consumer)
+    per_tile = mma.groupby("tile", observed=True)["kblock"].agg(["count", "nunique", "min", "max"])
+    assert len(per_tile) == tiles
+    assert (per_tile["count"] == num_kb * consumers).all() and (per_tile["nunique"] == num_kb).all()
+    assert (per_tile["min"] == 0).all() and (per_tile["max"] == num_kb - 1).all()
+    epi = s[s["tag"] == "epilogue"]
+    assert sorted(epi["tile"]) == sorted(list(range(tiles)) * consumers)
+    # One warp's spans never overlap a later span of the same tag (MMA spans are clipped, see v3).
+    for _, g in mma.groupby("region", observed=True):
+        st, en = g["start_ns"].to_numpy(), g["end_ns"].to_numpy()
+        assert (st[1:] >= en[:-1]).all()
+    if "producer" in spec.roles:
+        prod = s[(s["role"] == "producer") & (s["tag"] == "tma_issue")]
+        assert len(prod) == tiles * num_kb
+
+
+def test_overflow_is_counted():
+    r = run_kernel(RunOptions("v1", (512, 512, 512), time=False, buffer_scale=0.5))[0]
+    # 16 CTAs x (2*8+2 = 18 attempted, 9 kept)
+    assert r.dropped == 16 * 9 and len(r.run.spans) == 16 * 9
+
+
+@pytest.mark.parametrize("kernel", [k for k in KERNELS if registry.get(k).n_multiple == 8])
+def test_shapes_it_cannot_do_are_refused(kernel):
+    with pytest.raises(GemmtraceError, match="multiple of 8"):
+        run_kernel(RunOptions(kernel, (256, 1500, 256), time=False))
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_debug_build_reports_a_hang_instead_of_hanging(kernel):
+    """A deliberately broken launch (the producer drops its first load) stops with one sentence naming
+    the waiting role, SM, barrier and tile. It runs in a subprocess: the trap ends the CUDA context."""
+    out = subprocess.run([sys.executable, "-m", "gemmtrace", "run", "--kernel", kernel, "--shape", "256", "--debug",
+                          "--inject-hang", "--no-export"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr
+    err = out.stderr.strip()
+    assert err.startswith("error:") and "hung" in err and "barrier 0" in err and "k-block 0" in err, err
