@@ -115,6 +115,33 @@ KERNELS: dict[str, KernelSpec] = {
             cluster=2,
             n_multiple=8,
         ),
+        KernelSpec(
+            name="v7",
+            source="sm90/v7_tile_order.cu",
+            arch="sm90a",
+            idea="tile order for L2 reuse: row, snake (banded column walk) or a generalized Hilbert curve",
+            tile=(128, 256, 64),
+            stages=4,
+            threads=384,
+            roles=("producer", "consumer"),
+            orders=("row", "snake", "hilbert"),
+            cluster=2,
+            n_multiple=8,
+        ),
+        KernelSpec(
+            name="v8",
+            source="sm90/v8_dynamic.cu",
+            arch="sm90a",
+            idea="dynamic scheduling: clusters claim tiles from a global atomic counter (Hopper's stand-in for CLC)",
+            tile=(128, 256, 64),
+            stages=4,
+            threads=384,
+            roles=("producer", "consumer"),
+            schedulers=("static", "dynamic"),
+            orders=("row", "snake", "hilbert"),
+            cluster=2,
+            n_multiple=8,
+        ),
     ]
 }
 

@@ -216,7 +216,8 @@ class _Harness:
         ]
         self.c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         self.c_ref_out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        self.counter = torch.zeros(64, device="cuda", dtype=torch.int32)
+        self.counter = torch.zeros(64, device="cuda", dtype=torch.int32)  # dynamic scheduling: claims, finished CTAs
+        self._order = None
         self.stream = torch.cuda.current_stream().cuda_stream
         self.hang = None
         if opts.debug:
@@ -231,8 +232,21 @@ class _Harness:
             profile=int(profile), tile_counter=self.counter.data_ptr(),
             hang_report=(self.hang.data_ptr() if self.hang is not None else None),
             stream=self.stream, num_sms=self.props.multi_processor_count, max_ctas=self.opts.max_ctas,
-            debug_fault=self.opts.debug_fault,
+            debug_fault=self.opts.debug_fault, tile_order=self.order_table(),
         )
+
+    def order_table(self) -> int | None:
+        """Device address of the tile order (None for row order, which the kernels do by default)."""
+        if self.opts.order == "row":
+            return None
+        if self._order is None:
+            from .tile_order import tile_order
+
+            p = self.plan(self.opts.schedulers[0])
+            rows = math.ceil(math.ceil(self.m / p.tile_m) / p.cluster)
+            cols = math.ceil(self.n / p.tile_n)
+            self._order = self.torch.from_numpy(tile_order(rows, cols, self.opts.order)).cuda()
+        return self._order.data_ptr()
 
     def plan(self, sched: str) -> Plan:
         return self.lib.plan(self.lib.args(self.m, self.n, self.k, sched=sched, order=self.opts.order,
@@ -410,7 +424,7 @@ def run_kernel(opts: RunOptions, progress: Callable[[str], None] | None = None) 
                 "incomplete_regions": decoded.incomplete_regions,
                 "t0_globaltimer_ns": decoded.t0_ns,
                 "traced_launch_ms": traced_ms,
-                "timer": "%globaltimer, ns (32 ns steps on H100)",
+                "timer": "SM cycles (%clock64) per span, mapped per warp onto %globaltimer ns (init and finish pairs)",
             },
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "host": platform.node(),

@@ -19,32 +19,48 @@ def shapes_for(spec):
     return [(128, 128, 64), (4096, 4096, 4096), (8192, 8192, 8192), (2048, 6144, 1024), (1000, odd_n, 520)]
 
 
-CASES = [(k, s) for k in KERNELS for s in shapes_for(registry.get(k))]
+def cases():
+    """Every kernel on every shape with its default schedule; kernels with several schedulers or
+    tile orders also on every (scheduler, order) combination, on the shapes that are not 8192^3."""
+    out = []
+    for k in KERNELS:
+        spec = registry.get(k)
+        for shape in shapes_for(spec):
+            combos = [(sch, o) for sch in spec.schedulers for o in spec.orders]
+            if shape == (8192, 8192, 8192):
+                combos = combos[:1]
+            out += [(k, shape, sch, o) for sch, o in combos]
+    return out
+
+
+CASES = cases()
+IDS = [f"{k}-{'x'.join(map(str, s))}-{sch}-{o}" for k, s, sch, o in CASES]
 
 
 @pytest.fixture(scope="module")
 def runs():
     cache = {}
 
-    def get(kernel, shape):
-        if (kernel, shape) not in cache:
+    def get(kernel, shape, sched, order):
+        key = (kernel, shape, sched, order)
+        if key not in cache:
             # check=True compares the profiled and plain builds with the fp32 reference on poisoned output.
-            cache[(kernel, shape)] = run_kernel(RunOptions(kernel, shape, time=False))[0]
-        return cache[(kernel, shape)]
+            cache[key] = run_kernel(RunOptions(kernel, shape, schedulers=(sched,), order=order, time=False))[0]
+        return cache[key]
 
     return get
 
 
-@pytest.mark.parametrize("kernel,shape", CASES)
-def test_correct_profiled_and_plain(runs, kernel, shape):
-    r = runs(kernel, shape)
+@pytest.mark.parametrize("kernel,shape,sched,order", CASES, ids=IDS)
+def test_correct_profiled_and_plain(runs, kernel, shape, sched, order):
+    r = runs(kernel, shape, sched, order)
     assert r.rel_error_plain is not None and r.rel_error_plain < 1e-2
     assert r.rel_error_profiled is not None and r.rel_error_profiled < 1e-2
 
 
-@pytest.mark.parametrize("kernel,shape", CASES)
-def test_trace_is_well_formed(runs, kernel, shape):
-    r = runs(kernel, shape)
+@pytest.mark.parametrize("kernel,shape,sched,order", CASES, ids=IDS)
+def test_trace_is_well_formed(runs, kernel, shape, sched, order):
+    r = runs(kernel, shape, sched, order)
     spec = registry.get(kernel)
     s = r.run.spans
     m, n, k = shape
@@ -66,7 +82,14 @@ def test_trace_is_well_formed(runs, kernel, shape):
     assert (per_tile["count"] == num_kb * consumers).all() and (per_tile["nunique"] == num_kb).all()
     assert (per_tile["min"] == 0).all() and (per_tile["max"] == num_kb - 1).all()
     epi = s[s["tag"] == "epilogue"]
+    # Every tile computed exactly once: one epilogue span per tile and consumer warpgroup.
     assert sorted(epi["tile"]) == sorted(list(range(tiles)) * consumers)
+    if sched == "dynamic":
+        # Each CTA's producer records the claim of every tile it ran (rank 0 claims, rank 1 receives
+        # it through the cluster) and the final empty claim that ended its loop.
+        claims = s[s["tag"] == "sched_claim"]
+        assert sorted(claims.loc[claims["tile"] >= 0, "tile"]) == list(range(tiles))
+        assert (claims["tile"] < 0).sum() == r.run.meta["launch"]["grid_ctas"]
     # One warp's spans never overlap a later span of the same tag (MMA spans are clipped, see v3).
     for _, g in mma.groupby("region", observed=True):
         st, en = g["start_ns"].to_numpy(), g["end_ns"].to_numpy()
@@ -74,6 +97,18 @@ def test_trace_is_well_formed(runs, kernel, shape):
     if "producer" in spec.roles:
         prod = s[(s["role"] == "producer") & (s["tag"] == "tma_issue")]
         assert len(prod) == tiles * num_kb
+
+
+@pytest.mark.parametrize("sched", ["static", "dynamic"])
+def test_no_records_dropped_at_16384(sched):
+    r = run_kernel(RunOptions("v8", (16384, 16384, 16384), schedulers=(sched,), order="hilbert", time=False))[0]
+    assert r.dropped == 0 and r.rel_error_plain < 1e-2
+
+
+def test_dynamic_counter_resets_itself():
+    """Back-to-back dynamic launches (timing runs many) stay correct: the counter resets in-kernel."""
+    r = run_kernel(RunOptions("v8", (2048, 2048, 512), schedulers=("dynamic",), iters=20, warmup=2))[0]
+    assert r.rel_error_plain < 1e-2 and r.kernel_ms > 0
 
 
 def test_overflow_is_counted():

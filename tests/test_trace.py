@@ -21,8 +21,10 @@ def make_buffer(layout, regions):
             continue
         hdr, recs = reg
         count = hdr.get("count", len(recs))
+        clk, ns = hdr.get("clk_span", 10**6), hdr.get("ns_span", 10**6)  # default: 1 ns per cycle
         buf[i, :HEADER_WORDS] = [hdr["base"] & 0xFFFFFFFF, hdr["base"] >> 32, MAGIC, hdr["sm"], hdr["cta"],
-                                 hdr["warp"] | (ROLE[hdr["role"]] << 16), count, layout.capacity]
+                                 hdr["warp"] | (ROLE[hdr["role"]] << 16), count, layout.capacity,
+                                 clk & 0xFFFFFFFF, clk >> 32, ns & 0xFFFFFFFF, ns >> 32]
         for j, (s, e, tile, tag, kb) in enumerate(recs[: layout.capacity]):
             o = HEADER_WORDS + j * RECORD_WORDS
             buf[i, o:o + 4] = [s, e, NO_TILE if tile is None else tile, TAG[tag] | ((NO_KBLOCK if kb is None else kb) << 8)]
@@ -46,6 +48,19 @@ def test_decode_two_regions_times_relative_to_earliest_start():
     assert list(s["start_ns"]) == [0, 64, 160, 120] and list(s["end_ns"]) == [64, 160, 200, 140]
     assert list(s["tile"]) == [0, 0, 0, -1] and list(s["kblock"]) == [0, 0, -1, 2]
     assert d.dropped == 0 and d.incomplete_regions == 0
+
+
+def test_cycles_map_to_nanoseconds_per_warp():
+    """Records hold SM cycles; each warp's init-to-finish (cycles, ns) pair maps them to ns."""
+    lay = BufferLayout(num_regions=2, capacity=2)
+    buf = make_buffer(lay, [
+        ({"base": 7_000, "sm": 0, "cta": 0, "warp": 0, "role": "consumer", "clk_span": 2_000_000, "ns_span": 1_000_000},
+         [(0, 200, 0, "mma", 0), (201, 4001, 0, "epilogue", None)]),  # 2 cycles per ns (2 GHz)
+        ({"base": 7_500, "sm": 1, "cta": 1, "warp": 0, "role": "consumer", "clk_span": 3 * 2**32, "ns_span": 2**33},
+         [(300, 600, 1, "mma", 0)]),  # a span longer than 2^32 cycles: the 64-bit pair still maps
+    ])
+    d = decode(buf, lay)
+    assert list(d.spans["start_ns"]) == [0, 100, 700] and list(d.spans["end_ns"]) == [100, 2000, 900]
 
 
 def test_overflow_counts_dropped_records_and_keeps_the_first_ones():
@@ -134,6 +149,7 @@ def test_decode_speed_is_vectorized():
     buf[:, 2] = MAGIC
     buf[:, 6] = lay.capacity
     buf[:, 7] = lay.capacity
+    buf[:, 8] = buf[:, 10] = 10**6  # 1 ns per cycle
     recs = buf[:, HEADER_WORDS:].reshape(lay.num_regions, lay.capacity, 4)
     recs[:, :, 0] = np.arange(lay.capacity) * 100
     recs[:, :, 1] = np.arange(lay.capacity) * 100 + 50

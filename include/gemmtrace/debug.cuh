@@ -44,30 +44,28 @@ __device__ __forceinline__ uint64_t debug_clock_ns() {
   return t;
 }
 
+// The first waiter to expire writes the report and traps. The others return to their waits, which
+// call again and return again until that trap ends the kernel: seen on an H100, a second waiter
+// trapping at once ended the kernel while the reporter's stores were still in flight. (A wait loop
+// inside this non-inlined function makes ptxas fail register allocation under setmaxnreg.)
 __device__ __noinline__ void debug_report_hang(const WaitSite& site, uint32_t bar, uint32_t parity) {
   HangReport* r = g_hang_report;
-  if (r != nullptr && atomicCAS(&g_hang_claimed, 0u, 1u) == 0u) {  // first waiter to expire reports
-    uint32_t sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    r->sm = sm;
-    r->cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    r->warp = threadIdx.x / 32;
-    r->role = site.role;
-    r->barrier = site.barrier;
-    r->tile = site.tile;
-    r->kblock = site.kblock;
-    r->parity = parity;
-    r->smem_addr = bar;
-    __threadfence_system();  // the fields land before the magic word that says they are valid
-    volatile uint32_t* magic = &r->magic;
-    *magic = kHangMagic;
-    __threadfence_system();
-    // Seen on an H100: the fields reached the host but the last store before the trap did not.
-    // A second, redundant store is the one the trap may swallow.
-    *magic = kHangMagic;
-    __threadfence_system();
-
-  }
+  if (r == nullptr) asm volatile("trap;");
+  if (atomicCAS(&g_hang_claimed, 0u, 1u) != 0u) return;
+  uint32_t sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  r->sm = sm;
+  r->cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  r->warp = threadIdx.x / 32;
+  r->role = site.role;
+  r->barrier = site.barrier;
+  r->tile = site.tile;
+  r->kblock = site.kblock;
+  r->parity = parity;
+  r->smem_addr = bar;
+  __threadfence_system();  // the fields land before the magic word that says they are valid
+  *reinterpret_cast<volatile uint32_t*>(&r->magic) = kHangMagic;
+  __threadfence_system();
   asm volatile("trap;");
 }
 #else

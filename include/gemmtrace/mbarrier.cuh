@@ -49,6 +49,36 @@ __device__ __forceinline__ bool mbarrier_try_wait(uint32_t bar, uint32_t parity)
   return done != 0;
 }
 
+// try_wait with acquire at cluster scope: for barriers a peer CTA arrives on after writing into
+// this CTA's shared memory (release.cluster on the other side), so those writes are visible.
+__device__ __forceinline__ bool mbarrier_try_wait_cluster(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// Arrive on the barrier at the same offset in CTA `cta_rank`, releasing this thread's earlier
+// writes (st.shared::cluster included) at cluster scope: the peer's acquire wait then sees them.
+__device__ __forceinline__ void mbarrier_arrive_release_cluster(uint32_t bar, uint32_t cta_rank) {
+  asm volatile(
+      "{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
+      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" ::"r"(bar),
+      "r"(cta_rank)
+      : "memory");
+}
+
+// Store a 32-bit value at the same shared-memory offset in CTA `cta_rank` of the cluster.
+__device__ __forceinline__ void st_shared_cluster(uint32_t addr, uint32_t cta_rank, int32_t value) {
+  asm volatile(
+      "{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n st.shared::cluster.s32 [remote], %2;\n}" ::"r"(addr),
+      "r"(cta_rank), "r"(value)
+      : "memory");
+}
+
 // Wait until the barrier's phase with the given parity has completed. In debug builds
 // (GEMMTRACE_DEBUG) the wait is bounded: on expiry it reports `site` and stops the kernel.
 __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity, const WaitSite& site) {
@@ -60,6 +90,20 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity, con
 #else
   (void)site;
   while (!mbarrier_try_wait(bar, parity)) {
+  }
+#endif
+}
+
+// mbarrier_wait for barriers completed by a peer CTA's release.cluster arrive (see above).
+__device__ __forceinline__ void mbarrier_wait_cluster(uint32_t bar, uint32_t parity, const WaitSite& site) {
+#ifdef GEMMTRACE_DEBUG
+  const uint64_t t0 = debug_clock_ns();
+  while (!mbarrier_try_wait_cluster(bar, parity)) {
+    if (debug_clock_ns() - t0 > GEMMTRACE_WAIT_TIMEOUT_NS) debug_report_hang(site, bar, parity);
+  }
+#else
+  (void)site;
+  while (!mbarrier_try_wait_cluster(bar, parity)) {
   }
 #endif
 }

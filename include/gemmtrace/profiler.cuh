@@ -1,4 +1,4 @@
-// gemmtrace intra-kernel profiler: %globaltimer spans per warp, recorded into a device buffer.
+// gemmtrace intra-kernel profiler: spans per warp role, recorded into a device buffer.
 //
 //   gemmtrace::Recorder<kProfile> rec;
 //   rec.init(prof, /*slot=*/0, gemmtrace::Role::CONSUMER);   // once per recording warp
@@ -8,11 +8,15 @@
 //   rec.finish();                                          // writes the region header
 //
 // Design (see docs/profiler.md and gemmtrace/trace.py, which decodes the same layout):
-// - Each recording warp owns one region of the buffer: a 32-byte header and `capacity` 16-byte
+// - Each recording warp owns one region of the buffer: a 48-byte header and `capacity` 16-byte
 //   records. The next free slot is a register counter, so the hot path has no atomics.
-// - A record is {start - base, end - base, tile, tag | kblock << 8}: four 32-bit words, written by
-//   lane 0 with one st.global.v4. `base` is the warp's %globaltimer at init, kept in the header, so
-//   offsets fit 32 bits for kernels up to 4.29 s.
+// - Times on the hot path are SM cycles (%clock64), as offsets from the warp's cycle count at
+//   init. init() and finish() also read %globaltimer (ns, the same clock on every SM), and the
+//   header keeps both pairs, so the host maps each warp's cycles onto global nanoseconds by linear
+//   interpolation: spans get the cycle counter's resolution (0.5 ns at 1.98 GHz) instead of
+//   %globaltimer's 32 ns steps, and still line up across SMs.
+// - A record is {start, end, tile, tag | kblock << 8}: four 32-bit words, written by lane 0 with
+//   one predicated st.global.v4. 32-bit cycle offsets cover 2.1 s at 1.98 GHz.
 // - A full region keeps counting: the header's count minus capacity is the number dropped, which
 //   the host reports. Nothing is lost silently.
 // - Recorder<false> has no state and empty inline methods: a kernel built with the profiler off
@@ -37,7 +41,7 @@ enum class Tag : uint32_t {
 #undef GEMMTRACE_TAG_ENUM
 };
 
-constexpr uint32_t kHeaderWords = 8;
+constexpr uint32_t kHeaderWords = 12;
 constexpr uint32_t kRecordWords = 4;
 constexpr uint32_t kMagic = 0x47545231u;  // "GTR1"
 constexpr uint32_t kNoTile = 0xFFFFFFFFu;
@@ -54,6 +58,12 @@ struct ProfileBuffer {
 __device__ __forceinline__ uint64_t globaltimer_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ uint64_t clock_cycles() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
   return t;
 }
 
@@ -79,7 +89,8 @@ struct Recorder<false> {
 template <>
 struct Recorder<true> {
   uint32_t* region_ = nullptr;
-  uint64_t base_ = 0;
+  uint64_t base_ns_ = 0;   // %globaltimer at init
+  uint64_t base_clk_ = 0;  // %clock64 at init: span times are cycles since then
   uint32_t count_ = 0;
   uint32_t capacity_ = 0;
   uint32_t header_ = 0;  // warp | role << 16
@@ -93,13 +104,14 @@ struct Recorder<true> {
     count_ = 0;
     header_ = (threadIdx.x / 32) | (uint32_t(role) << 16);
     leader_ = (threadIdx.x % 32) == 0;
-    base_ = globaltimer_ns();
+    base_ns_ = globaltimer_ns();
+    base_clk_ = clock_cycles();
   }
 
-  // Time since init, in ns; the start of a span. Warps that never called init() read no timer
+  // Cycles since init; the start of a span. Warps that never called init() read no clock
   // (region_ is warp-uniform, so this is a uniform branch, not divergence).
   __device__ __forceinline__ uint32_t now() const {
-    return region_ == nullptr ? 0u : uint32_t(globaltimer_ns() - base_);
+    return region_ == nullptr ? 0u : uint32_t(clock_cycles() - base_clk_);
   }
 
   // Close a span that started at `start` (from now()) and store it; returns the span's end.
@@ -127,14 +139,20 @@ struct Recorder<true> {
   }
 
   // Write the header last, so a region without the magic word is one whose warp never finished.
+  // header: [base_ns lo, hi, magic, smid, cta, warp | role << 16, count, capacity,
+  //          cycles init->finish lo, hi, ns init->finish lo, hi]
   __device__ __forceinline__ void finish() {
-    if (!leader_) return;
+    if (region_ == nullptr || !leader_) return;
+    const uint64_t clk = clock_cycles() - base_clk_, ns = globaltimer_ns() - base_ns_;
     uint32_t* h = region_;
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(h + 8), "r"(uint32_t(clk)), "r"(uint32_t(clk >> 32)),
+                 "r"(uint32_t(ns)), "r"(uint32_t(ns >> 32))
+                 : "memory");
     asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(h + 4), "r"(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)),
                  "r"(header_), "r"(count_), "r"(capacity_)
                  : "memory");
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(h), "r"(uint32_t(base_)),
-                 "r"(uint32_t(base_ >> 32)), "r"(kMagic), "r"(smid())
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(h), "r"(uint32_t(base_ns_)),
+                 "r"(uint32_t(base_ns_ >> 32)), "r"(kMagic), "r"(smid())
                  : "memory");
   }
 };
