@@ -69,17 +69,22 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_v4(const __grid_constant__ C
     if (warp == 0 && lane == 0) {
       for (int kb = 0; kb < num_kb; ++kb) {
         const int s = kb % kStages;
-        // A fresh barrier counts its phase "before 0" as complete, so the first pass does not wait.
-        mbarrier_wait(empty(s), ((kb / kStages) & 1) ^ 1,
-                      WaitSite{uint32_t(Role::PRODUCER), kEmptyBarrier, tile, uint32_t(kb)});
-        const uint32_t waited = rec.now();  // stored once the loads are out (see the consumers)
+        const uint32_t parity = ((kb / kStages) & 1) ^ 1;
+        // A wait for a free stage is recorded only when the stage was not already free.
+        const bool was_free = mbarrier_try_wait(empty(s), parity);
+        uint32_t wait_from = 0, wait_to = t;
+        if (!was_free) {
+          wait_from = rec.now();
+          mbarrier_wait(empty(s), parity, WaitSite{uint32_t(Role::PRODUCER), kEmptyBarrier, tile, uint32_t(kb)});
+          wait_to = rec.now();
+        }
         if (!debug_drop_load(kb)) {
           mbarrier_arrive_expect_tx(full(s), kStageBytes);
           tma_load_2d(smem_a(s), &tmap_a, full(s), kb * BK, m_block * BM);
           tma_load_2d(smem_b(s), &tmap_b, full(s), kb * BK, n_block * BN);
         }
-        rec.record_span(Tag::WAIT_EMPTY, t, waited, tile, kb);
-        t = rec.record(Tag::TMA_ISSUE, waited, tile, kb);
+        if (!was_free) rec.record_span(Tag::WAIT_EMPTY, wait_from, wait_to, tile, kb);
+        t = rec.record(Tag::TMA_ISSUE, wait_to, tile, kb);  // from the stage being free to the loads issued
       }
     }
   } else {  // ---------------- consumers ----------------
@@ -89,39 +94,40 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_v4(const __grid_constant__ C
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
 
-    // Spans are stored one step late: each clock read is consumed only after the wgmmas that follow it
-    // are issued, so the read's latency never holds up an issue (stored in order, the consumer spans
-    // cost the profiled v6 5% at 4096^3).
-    uint32_t mma_start = 0, prev_retired = 0, mark = rec.now();  // mark: where this warp's last span ended
-    uint32_t pending_start = 0, pending_end = 0;                  // MMA span of k-block kb - 1, not yet stored
+    // One clock read and one store per k-block in steady state. A k-block's MMA span starts where
+    // the previous k-block retired: its wgmmas were issued before the wait that retired the previous
+    // one returned, so the clip to the previous retirement always applies. A wait for a full stage is
+    // recorded only when the stage was not already full. MMA spans are stored one k-block late,
+    // after the next wgmmas are issued, so no clock read's latency holds up an issue.
+    uint32_t mma_start = 0, pending_start = 0, pending_end = 0;  // MMA span of k-block kb - 1, not yet stored
     for (int kb = 0; kb < num_kb; ++kb) {
       const int s = kb % kStages;
-      mbarrier_wait(full(s), (kb / kStages) & 1, WaitSite{uint32_t(Role::CONSUMER), kFullBarrier, tile, uint32_t(kb)});
-      const uint32_t issued = rec.now();
+      const uint32_t parity = (kb / kStages) & 1;
+      if (!mbarrier_try_wait(full(s), parity)) {  // the tensor cores may starve here: record it
+        const uint32_t from = rec.now();
+        mbarrier_wait(full(s), parity, WaitSite{uint32_t(Role::CONSUMER), kFullBarrier, tile, uint32_t(kb)});
+        rec.record(Tag::WAIT_FULL, from, tile, kb);
+      }
+      if (kb == 0) mma_start = rec.now();
       wgmma_fence();
 #pragma unroll
       for (int k16 = 0; k16 < BK / 16; ++k16)
         wgmma_bf16<BN>(acc, make_desc_sw128(smem_a(s) + cw * 64 * 128 + k16 * 32), make_desc_sw128(smem_b(s) + k16 * 32),
                        (kb > 0 || k16 > 0) ? 1 : 0);
       wgmma_commit();
-      rec.record_span(Tag::WAIT_FULL, mark, issued, tile, kb);
       if (kb >= 2) rec.record_span(Tag::MMA, pending_start, pending_end, tile, kb - 2);
       wgmma_wait<1>();  // k-block kb - 1 has retired; kb stays queued
       if (kb > 0) {
-        pending_end = rec.now();
+        pending_start = mma_start;
+        pending_end = mma_start = rec.now();
         if (lane == 0) mbarrier_arrive(empty((kb - 1) % kStages));
-        pending_start = max(mma_start, prev_retired);
-        prev_retired = mark = pending_end;
-      } else {
-        mark = issued;
       }
-      mma_start = issued;
     }
     wgmma_wait<0>();
     fence_registers(acc);
     t = rec.now();  // the last k-block retired; the epilogue starts here
     if (num_kb >= 2) rec.record_span(Tag::MMA, pending_start, pending_end, tile, num_kb - 2);
-    rec.record_span(Tag::MMA, max(mma_start, prev_retired), t, tile, num_kb - 1);
+    rec.record_span(Tag::MMA, mma_start, t, tile, num_kb - 1);
 
     store_fragment_global<BN>(acc, c, M, N, m_block * BM + cw * 64, n_block * BN);
     rec.record(Tag::EPILOGUE, t, tile);

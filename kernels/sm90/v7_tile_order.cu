@@ -104,17 +104,23 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_v7(const __grid_constant__ C
         const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
         for (int kb = 0; kb < num_kb; ++kb, ++it) {
           const int s = it % kStages;
-          mbarrier_wait(empty(s), ((it / kStages) & 1) ^ 1,
-                        WaitSite{uint32_t(Role::PRODUCER), kEmptyBarrier, tile, uint32_t(kb)});
-          const uint32_t waited = rec.now();  // stored once the loads are out (see the consumers)
+          const uint32_t parity = ((it / kStages) & 1) ^ 1;
+          // A wait for a free stage is recorded only when the stage was not already free.
+          const bool was_free = mbarrier_try_wait(empty(s), parity);
+          uint32_t wait_from = 0, wait_to = t;
+          if (!was_free) {
+            wait_from = rec.now();
+            mbarrier_wait(empty(s), parity, WaitSite{uint32_t(Role::PRODUCER), kEmptyBarrier, tile, uint32_t(kb)});
+            wait_to = rec.now();
+          }
           if (!debug_drop_load(it)) {
             mbarrier_arrive_expect_tx(full(s), kStageBytes);
             tma_load_2d(smem_a(s), &tmap_a, full(s), kb * BK, m_block * BM);
             tma_load_2d_multicast(smem_b(s) + rank * kHalfBytesB, &tmap_b, full(s), kb * BK,
                                   n_block * BN + rank * (BN / kCluster), uint16_t((1u << kCluster) - 1));
           }
-          rec.record_span(Tag::WAIT_EMPTY, t, waited, tile, kb);
-          t = rec.record(Tag::TMA_ISSUE, waited, tile, kb);
+          if (!was_free) rec.record_span(Tag::WAIT_EMPTY, wait_from, wait_to, tile, kb);
+          t = rec.record(Tag::TMA_ISSUE, wait_to, tile, kb);  // from the stage being free to the loads issued
         }
       }
     }
@@ -125,40 +131,41 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_v7(const __grid_constant__ C
     uint8_t* buf = smem_raw + (epi0 - smem_addr(smem_raw)) + cw * 2 * kPanelBytes;
     float acc[BN / 2];
     int it = 0;
-    // Spans are stored one step late: each clock read is consumed only after the wgmmas that follow it
-    // are issued, so the read's latency never holds up an issue (stored in order, the consumer spans
-    // cost the profiled v6 5% at 4096^3).
-    uint32_t prev_retired = 0, mark = rec.now();  // mark: where this warp's last span ended
+    // One clock read and one store per k-block in steady state. A k-block's MMA span starts where
+    // the previous k-block retired: its wgmmas were issued before the wait that retired the previous
+    // one returned, so the clip to the previous retirement always applies. A wait for a full stage is
+    // recorded only when the stage was not already full. MMA spans are stored one k-block late,
+    // after the next wgmmas are issued, so no clock read's latency holds up an issue.
     while (sched.next_tile(rank, m_block, n_block)) {
       const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
       uint32_t mma_start = 0, pending_start = 0, pending_end = 0;  // MMA span of k-block kb - 1, not yet stored
       for (int kb = 0; kb < num_kb; ++kb, ++it) {
         const int s = it % kStages;
-        mbarrier_wait(full(s), (it / kStages) & 1, WaitSite{uint32_t(Role::CONSUMER), kFullBarrier, tile, uint32_t(kb)});
-        const uint32_t issued = rec.now();
+        const uint32_t parity = (it / kStages) & 1;
+        if (!mbarrier_try_wait(full(s), parity)) {  // the tensor cores may starve here: record it
+          const uint32_t from = rec.now();
+          mbarrier_wait(full(s), parity, WaitSite{uint32_t(Role::CONSUMER), kFullBarrier, tile, uint32_t(kb)});
+          rec.record(Tag::WAIT_FULL, from, tile, kb);
+        }
+        if (kb == 0) mma_start = rec.now();  // the tile's first issue
         wgmma_fence();
 #pragma unroll
         for (int k16 = 0; k16 < BK / 16; ++k16)
           wgmma_bf16<BN>(acc, make_desc_sw128(smem_a(s) + cw * 64 * 128 + k16 * 32),
                          make_desc_sw128(smem_b(s) + k16 * 32), (kb > 0 || k16 > 0) ? 1 : 0);
         wgmma_commit();
-        rec.record_span(Tag::WAIT_FULL, mark, issued, tile, kb);
         if (kb >= 2) rec.record_span(Tag::MMA, pending_start, pending_end, tile, kb - 2);
         wgmma_wait<1>();  // k-block it - 1 has retired; it stays queued
         if (kb > 0) {
-          pending_end = rec.now();
+          pending_start = mma_start;
+          pending_end = mma_start = rec.now();
           // Release stage it - 1 to both producers; the cluster's last kStages k-blocks need none.
           if (lane == 0 && it - 1 + kStages < total_kb) {
             const uint32_t ps = (it - 1) % kStages;
             mbarrier_arrive(empty(ps));
             mbarrier_arrive_cluster(empty(ps), peer);
           }
-          pending_start = max(mma_start, prev_retired);
-          prev_retired = mark = pending_end;
-        } else {
-          mark = issued;
         }
-        mma_start = issued;
       }
       wgmma_wait<0>();
       fence_registers(acc);
@@ -169,8 +176,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_v7(const __grid_constant__ C
         mbarrier_arrive_cluster(empty(ps), peer);
       }
       if (num_kb >= 2) rec.record_span(Tag::MMA, pending_start, pending_end, tile, num_kb - 2);
-      rec.record_span(Tag::MMA, max(mma_start, prev_retired), t, tile, num_kb - 1);
-      prev_retired = t;
+      rec.record_span(Tag::MMA, mma_start, t, tile, num_kb - 1);
 
       // Epilogue: the producer is already loading the next tile; these stores drain under it.
 #pragma unroll
@@ -186,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_v7(const __grid_constant__ C
           tma_store_commit();
         }
       }
-      mark = rec.record(Tag::EPILOGUE, t, tile);
+      rec.record(Tag::EPILOGUE, t, tile);
     }
     if (issuer) tma_store_wait_read<0>();
   }

@@ -48,7 +48,7 @@ constexpr int kSmemBytes = 1024 + kStages * kStageBytes + kEpilogueBytes + 2 * k
 enum BarrierId : uint32_t { kFullBarrier = 0, kEmptyBarrier = 1, kClaimedBarrier = 2, kReadBarrier = 3 };
 
 // The tile scheduler both roles loop on. Static: cluster c visits entries c, c + G, ... of the tile
-// order (row order when the host passes none). Dynamic: entry = atomicAdd(counter, 1), claimed by
+// order (row order when the host passes none). Dynamic: position = atomicAdd(counter, 1), claimed by
 // rank 0's producer and passed to everyone else through the claim ring. An entry is a cluster
 // tile u = m_pair * grid_n + n_block; rank r of the cluster takes m block 2 * m_pair + r.
 struct TileScheduler {
@@ -58,6 +58,7 @@ struct TileScheduler {
   bool dynamic;
   uint32_t ring;  // shared-memory address: claimed[2] barriers, read[2] barriers, slot[2]
   int claims = 0;  // claims this participant has taken from the ring
+  int index = -1;  // position in the tile order of the current tile (the claim's counter value)
 
   __device__ uint32_t claimed_bar(int j) const { return ring + j * 8; }
   __device__ uint32_t read_bar(int j) const { return ring + kClaimSlots * 8 + j * 8; }
@@ -65,20 +66,20 @@ struct TileScheduler {
 
   __device__ int entry(int i) const { return order != nullptr ? __ldg(order + i) : i; }
 
-  // Rank 0's producer: claim the next entry (or -1: none left) and publish it to both CTAs.
+  // Rank 0's producer: claim the next position in the tile order (-1: none left) and publish it.
   __device__ int claim_and_publish(uint32_t peer) {
     const int j = claims % kClaimSlots;
     // Wait until every reader has read what this slot held kClaimSlots claims ago.
     mbarrier_wait(read_bar(j), ((claims / kClaimSlots) & 1) ^ 1,
                   WaitSite{uint32_t(Role::SCHEDULER), kReadBarrier, kNoTile, uint32_t(claims)});
-    const int i = atomicAdd(counter, 1);
-    const int u = i < units ? entry(i) : -1;
-    *reinterpret_cast<volatile int32_t*>(__cvta_shared_to_generic(slot(j))) = u;
-    st_shared_cluster(slot(j), peer, u);
+    int i = atomicAdd(counter, 1);
+    if (i >= units) i = -1;
+    *reinterpret_cast<volatile int32_t*>(__cvta_shared_to_generic(slot(j))) = i;
+    st_shared_cluster(slot(j), peer, i);
     mbarrier_arrive(claimed_bar(j));
     mbarrier_arrive_release_cluster(claimed_bar(j), peer);
     ++claims;
-    return u;
+    return i;
   }
 
   // Everyone else: take the next claim from the ring. `frees`: this thread arrives for its group,
@@ -88,29 +89,28 @@ struct TileScheduler {
     const int j = claims % kClaimSlots;
     mbarrier_wait_cluster(claimed_bar(j), (claims / kClaimSlots) & 1,
                           WaitSite{uint32_t(Role::SCHEDULER), kClaimedBarrier, kNoTile, uint32_t(claims)});
-    const int u = *reinterpret_cast<volatile int32_t*>(__cvta_shared_to_generic(slot(j)));
+    const int i = *reinterpret_cast<volatile int32_t*>(__cvta_shared_to_generic(slot(j)));
     ++claims;
     group_sync();
     // The final claim (-1) is not freed: nobody reuses its slot, and rank 0 may already be gone.
-    if (frees && u >= 0) {
+    if (frees && i >= 0) {
       if (rank == 0) mbarrier_arrive(read_bar(j));
       else mbarrier_arrive_cluster(read_bar(j), 0);
     }
-    return u;
+    return i;
   }
 
   template <typename GroupSync>
   __device__ bool next_tile(bool claimer, bool frees, uint32_t rank, GroupSync group_sync, int& m_block,
                             int& n_block) {
-    int u;
     if (!dynamic) {
-      if (next >= units) return false;
-      u = entry(next);
+      index = next < units ? next : -1;
       next += clusters;
     } else {
-      u = claimer ? claim_and_publish(rank ^ 1) : read_claim(frees, rank, group_sync);
-      if (u < 0) return false;
+      index = claimer ? claim_and_publish(rank ^ 1) : read_claim(frees, rank, group_sync);
     }
+    if (index < 0) return false;
+    const int u = entry(index);
     m_block = (u / grid_n) * kCluster + int(rank);
     n_block = u % grid_n;
     return true;
@@ -169,21 +169,29 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_v8(const __grid_constant__ C
       while (true) {
         const bool more = sched.next_tile(claimer, true, rank, [] {}, m_block, n_block);
         const uint32_t tile = more ? uint32_t(m_block) * grid_n + n_block : kNoTile;
-        if (sched.dynamic) t = rec.record(Tag::SCHED_CLAIM, t, tile);
+        // The claim span carries the tile (none for the final, empty claim) and, as its k-block,
+        // the claim's position in the tile order, so the trace holds the exact claim sequence.
+        if (sched.dynamic) t = rec.record(Tag::SCHED_CLAIM, t, tile, more ? uint32_t(sched.index) : kNoKBlock);
         if (!more) break;
         for (int kb = 0; kb < num_kb; ++kb, ++it) {
           const int s = it % kStages;
-          mbarrier_wait(empty(s), ((it / kStages) & 1) ^ 1,
-                        WaitSite{uint32_t(Role::PRODUCER), kEmptyBarrier, tile, uint32_t(kb)});
-          const uint32_t waited = rec.now();  // stored once the loads are out (see the consumers)
+          const uint32_t parity = ((it / kStages) & 1) ^ 1;
+          // A wait for a free stage is recorded only when the stage was not already free.
+          const bool was_free = mbarrier_try_wait(empty(s), parity);
+          uint32_t wait_from = 0, wait_to = t;
+          if (!was_free) {
+            wait_from = rec.now();
+            mbarrier_wait(empty(s), parity, WaitSite{uint32_t(Role::PRODUCER), kEmptyBarrier, tile, uint32_t(kb)});
+            wait_to = rec.now();
+          }
           if (!debug_drop_load(it)) {
             mbarrier_arrive_expect_tx(full(s), kStageBytes);
             tma_load_2d(smem_a(s), &tmap_a, full(s), kb * BK, m_block * BM);
             tma_load_2d_multicast(smem_b(s) + rank * kHalfBytesB, &tmap_b, full(s), kb * BK,
                                   n_block * BN + rank * (BN / kCluster), uint16_t((1u << kCluster) - 1));
           }
-          rec.record_span(Tag::WAIT_EMPTY, t, waited, tile, kb);
-          t = rec.record(Tag::TMA_ISSUE, waited, tile, kb);
+          if (!was_free) rec.record_span(Tag::WAIT_EMPTY, wait_from, wait_to, tile, kb);
+          t = rec.record(Tag::TMA_ISSUE, wait_to, tile, kb);  // from the stage being free to the loads issued
         }
       }
     }
@@ -194,41 +202,42 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_v8(const __grid_constant__ C
     uint8_t* buf = smem_raw + (epi0 - smem_addr(smem_raw)) + cw * 2 * kPanelBytes;
     float acc[BN / 2];
     int it = 0;
-    // Spans are stored one step late: each clock read is consumed only after the wgmmas that follow it
-    // are issued, so the read's latency never holds up an issue (stored in order, the consumer spans
-    // cost the profiled v6 5% at 4096^3).
-    uint32_t prev_retired = 0, mark = rec.now();  // mark: where this warp's last span ended
+    // One clock read and one store per k-block in steady state. A k-block's MMA span starts where
+    // the previous k-block retired: its wgmmas were issued before the wait that retired the previous
+    // one returned, so the clip to the previous retirement always applies. A wait for a full stage is
+    // recorded only when the stage was not already full. MMA spans are stored one k-block late,
+    // after the next wgmmas are issued, so no clock read's latency holds up an issue.
     auto wg_sync = [cw] { named_barrier_sync(1 + cw, 128); };
     while (sched.next_tile(false, (tid % 128) == 0, rank, wg_sync, m_block, n_block)) {
       const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
       uint32_t mma_start = 0, pending_start = 0, pending_end = 0;  // MMA span of k-block kb - 1, not yet stored
       for (int kb = 0; kb < num_kb; ++kb, ++it) {
         const int s = it % kStages;
-        mbarrier_wait(full(s), (it / kStages) & 1, WaitSite{uint32_t(Role::CONSUMER), kFullBarrier, tile, uint32_t(kb)});
-        const uint32_t issued = rec.now();
+        const uint32_t parity = (it / kStages) & 1;
+        if (!mbarrier_try_wait(full(s), parity)) {  // the tensor cores may starve here: record it
+          const uint32_t from = rec.now();
+          mbarrier_wait(full(s), parity, WaitSite{uint32_t(Role::CONSUMER), kFullBarrier, tile, uint32_t(kb)});
+          rec.record(Tag::WAIT_FULL, from, tile, kb);
+        }
+        if (kb == 0) mma_start = rec.now();  // the tile's first issue
         wgmma_fence();
 #pragma unroll
         for (int k16 = 0; k16 < BK / 16; ++k16)
           wgmma_bf16<BN>(acc, make_desc_sw128(smem_a(s) + cw * 64 * 128 + k16 * 32),
                          make_desc_sw128(smem_b(s) + k16 * 32), (kb > 0 || k16 > 0) ? 1 : 0);
         wgmma_commit();
-        rec.record_span(Tag::WAIT_FULL, mark, issued, tile, kb);
         if (kb >= 2) rec.record_span(Tag::MMA, pending_start, pending_end, tile, kb - 2);
         wgmma_wait<1>();  // k-block it - 1 has retired; it stays queued
         if (kb > 0) {
-          pending_end = rec.now();
+          pending_start = mma_start;
+          pending_end = mma_start = rec.now();
           // Release stage it - 1 to both producers (the cluster barrier at exit keeps the peer alive).
           if (lane == 0) {
             const uint32_t ps = (it - 1) % kStages;
             mbarrier_arrive(empty(ps));
             mbarrier_arrive_cluster(empty(ps), peer);
           }
-          pending_start = max(mma_start, prev_retired);
-          prev_retired = mark = pending_end;
-        } else {
-          mark = issued;
         }
-        mma_start = issued;
       }
       wgmma_wait<0>();
       fence_registers(acc);
@@ -239,8 +248,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_v8(const __grid_constant__ C
         mbarrier_arrive_cluster(empty(ps), peer);
       }
       if (num_kb >= 2) rec.record_span(Tag::MMA, pending_start, pending_end, tile, num_kb - 2);
-      rec.record_span(Tag::MMA, max(mma_start, prev_retired), t, tile, num_kb - 1);
-      prev_retired = t;
+      rec.record_span(Tag::MMA, mma_start, t, tile, num_kb - 1);
 
       // Epilogue: the producer is already loading the next tile; these stores drain under it.
 #pragma unroll
@@ -256,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_v8(const __grid_constant__ C
           tma_store_commit();
         }
       }
-      mark = rec.record(Tag::EPILOGUE, t, tile);
+      rec.record(Tag::EPILOGUE, t, tile);
     }
     if (issuer) tma_store_wait_read<0>();
   }
