@@ -453,30 +453,30 @@ def default_run_folder(base: Path, opts: RunOptions, sched: str) -> Path:
     return folder
 
 
+TRACE_FILES = {"perfetto": "trace.perfetto-trace", "chrome": "trace.json.gz"}
+
+
 def save_and_export(result: RunResult, folder: Path, formats=("perfetto", "chrome")) -> RunResult:
     result.run.save(folder)
     result.folder = folder
-    names = {"perfetto": "trace.perfetto-trace", "chrome": "trace.json.gz"}
-    if not formats:
-        return result
-    from .export import export
-
-    counters = _counters(result.run)
-    for fmt in formats:
-        result.exports[fmt] = export(result.run, folder / names[fmt], fmt, counters=counters)
+    if formats:
+        result.exports = export_run(result.run, folder, formats)
     return result
 
 
-def _counters(run: Run):
-    """The occupancy curve a(t) as a counter track, when the analysis module can compute it."""
-    try:
-        from .analysis import occupancy_curve
-    except ImportError:
-        return None
-    if len(run.spans) == 0:
-        return None
-    t, a = occupancy_curve(run.spans, run.sm_count)
-    return {"SMs with a tile in flight": (np.asarray(t), np.asarray(a, dtype=float))}
+def export_run(run: Run, folder: Path, formats=("perfetto", "chrome"), output: Path | None = None) -> dict[str, Path]:
+    """Write a run's traces, with the occupancy curve a(t) as a counter track and the metrics in
+    the trace metadata (both computed once, from the spans)."""
+    from .analysis import compute_metrics, metrics_metadata
+    from .export import export
+
+    counters, metadata = None, None
+    if len(run.spans):
+        m = compute_metrics(run)
+        counters = {"SMs with a tile in flight": (m.occupancy.t_ns, m.occupancy.a.astype(float))}
+        metadata = metrics_metadata(m)
+    return {fmt: export(run, output or Path(folder) / TRACE_FILES[fmt], fmt, counters=counters, metadata=metadata)
+            for fmt in formats}
 
 
 def gpu_available() -> bool:
