@@ -107,6 +107,8 @@ def run_cmd(
     debug: bool = typer.Option(False, "--debug", help="Debug build: bounded waits report where a kernel would hang."),
     buffer_scale: float = typer.Option(1.0, "--buffer-scale", help="Scale the default profiler buffer (below 1 to test overflow)."),
     json_out: bool = typer.Option(False, "--json", help="Print results as JSON instead of a table."),
+    inject_hang: bool = typer.Option(False, "--inject-hang", hidden=True,
+                                     help="With --debug: the producer drops its first load, to show a bounded wait firing."),
 ) -> None:
     """Build, check against torch, time against cuBLAS (same process), and save a trace of one launch."""
     import json
@@ -117,7 +119,8 @@ def run_cmd(
     all_results = []
     for shp in shapes:
         opts = RunOptions(kernel=kernel, shape=shp, schedulers=_split(sched), order=order, iters=iters, warmup=warmup,
-                          seed=seed, debug=debug, buffer_scale=buffer_scale)
+                          seed=seed, debug=debug, buffer_scale=buffer_scale,
+                          debug_fault=int(inject_hang))
         with console.status(f"{kernel} {shp[0]}x{shp[1]}x{shp[2]}") as status:
             results = run_kernel(opts, progress=lambda msg: status.update(f"{kernel} {shp[0]}x{shp[1]}x{shp[2]}: {msg}"))
             for r in results:
@@ -212,18 +215,124 @@ def export_cmd(
     """Export a saved run as a Perfetto or Chrome trace (both open in ui.perfetto.dev)."""
     import time
 
-    from .export import export
-    from .runner import _counters
+    from .runner import TRACE_FILES, export_run
     from .trace import load
 
-    names = {"perfetto": "trace.perfetto-trace", "chrome": "trace.json.gz"}
-    if fmt not in names:
+    if fmt not in TRACE_FILES:
         raise GemmtraceError(f"unknown format {fmt!r}; choose perfetto or chrome.")
     r = load(run)
     t0 = time.perf_counter()
-    path = export(r, output or (run / names[fmt]), fmt, counters=_counters(r))
+    path = export_run(r, run, (fmt,), output)[fmt]
     dt = time.perf_counter() - t0
     console.print(f"wrote {path} ({len(r.spans)} spans in {dt:.2f} s)")
+
+
+# -- analysis: analyze, compare, report, simulate ----------------------------------------------
+_RUNS_HELP = "Saved run folders (with --sample: names of bundled samples, default all of them)."
+_SAMPLE_HELP = "Use the runs bundled with gemmtrace (recorded on an H100) instead of run folders."
+
+
+def _load_runs(runs: Optional[List[str]], sample: bool, at_least: int = 1) -> list:
+    """Run folders, or bundled samples with --sample; one sentence when there are too few."""
+    from .samples import load_samples
+    from .trace import load
+
+    loaded = load_samples(list(runs or [])) if sample else [load(Path(r)) for r in runs or []]
+    if len(loaded) < at_least:
+        need = "a run" if at_least == 1 else f"at least {at_least} runs"
+        where = f"only {len(loaded)} bundled sample(s) were given or found" if sample else f"got {len(loaded)} run folder(s)"
+        raise GemmtraceError(f"this command needs {need} ({where}; give run folders, or --sample for the bundled runs).")
+    return loaded
+
+
+def _print_json(data) -> None:
+    import json
+
+    print(json.dumps(data, indent=2, allow_nan=False))
+
+
+@app.command("analyze")
+def analyze_cmd(
+    runs: Optional[List[str]] = typer.Argument(None, help=_RUNS_HELP, show_default=False),
+    sample: bool = typer.Option(False, "--sample", help=_SAMPLE_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print the metrics as JSON instead of tables."),
+    tables: bool = typer.Option(False, "--tables", help="With --json: include a(t), the per-SM and per-tile tables."),
+    per_sm: bool = typer.Option(False, "--per-sm", help="Also print the per-SM table (busy time, tiles, finish)."),
+) -> None:
+    """Tensor-core idle time, epilogue overlap, occupancy, tail wave and load balance of saved runs."""
+    from .analysis import compute_metrics
+    from .analysis.tables import metrics_table, per_sm_table
+
+    metrics = [compute_metrics(r) for r in _load_runs(runs, sample)]
+    if json_out:
+        out = [m.to_dict(tables=tables) for m in metrics]
+        _print_json(out[0] if len(out) == 1 else out)
+        return
+    for m in metrics:
+        console.print(metrics_table(m))
+        if per_sm:
+            console.print(per_sm_table(m))
+
+
+@app.command("compare")
+def compare_cmd(
+    runs: Optional[List[str]] = typer.Argument(None, help=_RUNS_HELP, show_default=False),
+    sample: bool = typer.Option(False, "--sample", help=_SAMPLE_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON instead of a table."),
+) -> None:
+    """Runs side by side (e.g. static vs dynamic): kernel time, TFLOP/s and every metric, with deltas
+    to the first run, flagged when within the run-to-run spread recorded in the runs."""
+    from .analysis import compare
+    from .analysis.tables import compare_table
+
+    comparison = compare(_load_runs(runs, sample, at_least=2))
+    if json_out:
+        _print_json(comparison.to_dict())
+    else:
+        console.print(compare_table(comparison))
+
+
+@app.command("report")
+def report_cmd(
+    runs: Optional[List[str]] = typer.Argument(None, help=_RUNS_HELP, show_default=False),
+    output: Path = typer.Option(Path("gemmtrace-report.html"), "--output", "-o", help="The HTML file to write."),
+    sample: bool = typer.Option(False, "--sample", help=_SAMPLE_HELP),
+    png: bool = typer.Option(False, "--png", help="Also write each figure as a PNG (needs Chromium)."),
+    png_dir: Optional[Path] = typer.Option(None, "--png-dir", help="Folder for the PNGs (default: next to the report)."),
+    title: Optional[str] = typer.Option(None, "--title", help="The report's title."),
+) -> None:
+    """One self-contained HTML report (works offline) of one run or a comparison of runs."""
+    from .report import write_report
+
+    report = write_report(_load_runs(runs, sample), output, png=png, png_dir=png_dir, title=title)
+    console.print(f"wrote {report.path} ({len(report.figures)} figures)")
+    for p in report.pngs:
+        console.print(f"  {p}")
+
+
+@app.command("simulate")
+def simulate_cmd(
+    runs: Optional[List[str]] = typer.Argument(None, help=_RUNS_HELP, show_default=False),
+    sms: Optional[int] = typer.Option(None, "--sms", help="SMs to replay on (default: the run's device)."),
+    sched: str = typer.Option("static,dynamic", "--sched", help="Scheduler(s) to replay, comma-separated."),
+    ctas: Optional[int] = typer.Option(None, "--ctas", help="CTAs of a persistent kernel (default: its grid rule on --sms)."),
+    claim_ns: Optional[int] = typer.Option(None, "--claim-ns", help="What a dynamic tile claim costs (default: as measured; 0 when none)."),
+    sample: bool = typer.Option(False, "--sample", help=_SAMPLE_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print the prediction as JSON instead of a table."),
+) -> None:
+    """What-if scheduling (a model): replay a run's measured tile times on --sms SMs under static and
+    dynamic scheduling; predict makespan, occupancy and tail."""
+    from .analysis.simulate import simulate
+    from .analysis.tables import simulation_table
+
+    sims = [simulate(r, sms=sms, schedulers=_split(sched), workers=ctas, claim_ns=claim_ns)
+            for r in _load_runs(runs, sample)]
+    if json_out:
+        out = [s.to_dict() for s in sims]
+        _print_json(out[0] if len(out) == 1 else out)
+        return
+    for s in sims:
+        console.print(simulation_table(s))
 
 
 def main() -> None:

@@ -11,12 +11,16 @@ from .metrics import (
     TailWave,
     TensorCoreIdle,
     compute_metrics,
+    metrics_metadata,
     occupancy_curve,
     scalar_specs,
 )
+from .simulate import MODEL_NOTE, Schedule, Simulation, simulate
+from .timeline import RoleTimeline, role_timeline
 
 __all__ = [
     "GAP_PRIORITY",
+    "MODEL_NOTE",
     "UNATTRIBUTED",
     "Comparison",
     "ComparisonRow",
@@ -24,11 +28,17 @@ __all__ = [
     "LoadBalance",
     "Metrics",
     "Occupancy",
+    "RoleTimeline",
     "ScalarSpec",
+    "Schedule",
+    "Simulation",
     "TailWave",
     "TensorCoreIdle",
     "compare",
     "compute_metrics",
+    "metrics_metadata",
     "occupancy_curve",
+    "role_timeline",
     "scalar_specs",
+    "simulate",
 ]

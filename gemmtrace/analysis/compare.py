@@ -2,8 +2,9 @@
 
 What is read from run.meta (docs/metrics.md, "Comparing runs"):
   timings.kernel_ms (else kernel_ms_median, else median_ms): the kernel time, ms (a median).
-  Its run-to-run spread, the first of: timings.kernel_ms_iqr; kernel_ms_q75 - kernel_ms_q25;
-  kernel_ms_max - kernel_ms_min. None when none is recorded.
+  Its run-to-run spread, the first of: timings.kernel_ms_iqr; kernel_ms_p75 - kernel_ms_p25 (what
+  `gemmtrace run` records); kernel_ms_q75 - kernel_ms_q25; kernel_ms_max - kernel_ms_min. None when
+  none is recorded.
   timings.tflops, else 2 * M * N * K / kernel time from meta.shape.
 A delta is flagged "within spread" when |delta| <= the larger of the two runs' recorded spreads
 (TFLOP/s spreads are the time spread carried through: tflops * spread_ms / kernel_ms). Trace
@@ -23,6 +24,7 @@ KERNEL_MS_KEYS = ("kernel_ms", "kernel_ms_median", "median_ms")
 # (name, how to read the spread from timings): the first one present wins.
 SPREAD_SOURCES = (
     ("iqr", ("kernel_ms_iqr",)),
+    ("p75-p25", ("kernel_ms_p25", "kernel_ms_p75")),  # what gemmtrace run records
     ("q75-q25", ("kernel_ms_q25", "kernel_ms_q75")),
     ("max-min", ("kernel_ms_min", "kernel_ms_max")),
 )

@@ -425,7 +425,7 @@ def compute_metrics(run) -> Metrics:
     tiles_sm, tiles_id, tiles_start, tiles_end = _tile_intervals(sp)
     occ_s, occ_e = _sm_tile_union(sp, tiles_sm, tiles_start, tiles_end)
     integral = int((occ_e - occ_s).sum())
-    t_rel, a = _step_curve(occ_s % sp.width, occ_e % sp.width)
+    t_rel, a = step_curve(occ_s % sp.width, occ_e % sp.width)
     occupancy = Occupancy(t_rel + sp.t0, a, integral, integral / (P * D))
 
     tiles_per_sm = np.bincount(tiles_sm, minlength=S).astype(np.int64)
@@ -497,7 +497,7 @@ def occupancy_curve(spans: pd.DataFrame, P: int) -> tuple[np.ndarray, np.ndarray
         raise GemmtraceError(f"spans come from {len(sp.sm_ids)} SMs, more than P = {P}.")
     tiles_sm, _, tiles_start, tiles_end = _tile_intervals(sp)
     occ_s, occ_e = _sm_tile_union(sp, tiles_sm, tiles_start, tiles_end)
-    t_rel, a = _step_curve(occ_s % sp.width, occ_e % sp.width)
+    t_rel, a = step_curve(occ_s % sp.width, occ_e % sp.width)
     return t_rel + sp.t0, a
 
 
@@ -618,9 +618,9 @@ def _sm_tile_union(sp: _Spans, tiles_sm, tiles_start, tiles_end) -> tuple[np.nda
     return intervals.union(cs, ce, sp.key_max)
 
 
-def _step_curve(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Count of covering intervals as a step function, from time 0 (the intervals are each SM's
-    disjoint union, so the count is a number of SMs)."""
+def step_curve(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Count of covering intervals as a step function (t, a), a[i] holding on [t[i], t[i + 1]),
+    from time 0 (given each SM's disjoint union, the count is a number of SMs)."""
     if s.size == 0:
         return np.zeros(1, np.int64), np.zeros(1, np.int64)
     t = np.unique(np.concatenate((s, e)))
@@ -675,3 +675,38 @@ def _jsonable(o):
     if isinstance(o, np.ndarray):
         return _jsonable(o.tolist())
     return o
+
+
+# -- trace metadata ---------------------------------------------------------------------------
+def metrics_metadata(metrics: Metrics, prefix: str = "metrics.") -> dict[str, str | int | float]:
+    """The metrics as a flat dict of numbers and strings, for a trace's metadata (Perfetto, Chrome).
+
+    Keys are `prefix` + the keys of Metrics.scalars(), plus the run's label, P, S, span count,
+    T0/T1 and the raw ns behind the fractions; undefined values (None) are left out.
+    """
+    m = metrics
+    flat: dict[str, Any] = {
+        "label": m.label,
+        "sm_count": m.sm_count,
+        "sms_recorded": m.sms_recorded,
+        "span_count": m.span_count,
+        "t0_ns": m.t0_ns,
+        "t1_ns": m.t1_ns,
+        "tc_busy_ns": m.tensor_core.busy_ns,
+        "tc_idle_ns": m.tensor_core.idle_ns,
+        "tc_head_ns": m.tensor_core.head_ns,
+        "tc_gap_ns": m.tensor_core.gap_ns,
+        "tc_tail_ns": m.tensor_core.tc_tail_ns,
+        "epilogue_ns": m.epilogue.epilogue_ns,
+        "epilogue_overlapped_ns": m.epilogue.overlapped_ns,
+        "occupancy_integral_sm_ns": m.occupancy.integral_sm_ns,
+        "tail_wave_t_first_idle_ns": m.tail_wave.t_first_idle_ns,
+    }
+    flat.update(m.scalars())
+    out: dict[str, str | int | float] = {}
+    for key, value in flat.items():
+        value = _jsonable(value)
+        if value is None:
+            continue
+        out[prefix + key] = value if isinstance(value, (str, int, float)) else str(value)
+    return out

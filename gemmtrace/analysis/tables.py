@@ -6,8 +6,16 @@ from rich.table import Table
 
 from .compare import Comparison
 from .metrics import UNATTRIBUTED, Metrics, scalar_specs
+from .simulate import Simulation
 
 _SECTION_STARTS = {"tc_busy_fraction", "epilogue_overlap", "tail_wave_ns", "tiles_per_sm_min"}
+# The timings worth a row (run meta holds many more: min, max, quartiles, sample counts).
+_TIMING_ROWS = (
+    ("kernel_ms", "kernel time", lambda v: f"{v:.4f} ms"),
+    ("tflops", "TFLOP/s", lambda v: f"{v:.1f}"),
+    ("pct_of_cublas", "of cuBLAS", lambda v: f"{100 * v:.1f} %"),
+    ("profiler_overhead", "profiler overhead", lambda v: f"{100 * v:+.2f} %"),
+)
 
 
 def format_value(value, unit: str) -> str:
@@ -54,9 +62,11 @@ def metrics_table(metrics: Metrics) -> Table:
     table.add_column("note", style="dim")
     table.add_row("traced span T0 → T1", format_ns(m.duration_ns), f"T0 = {m.t0_ns} ns")
     table.add_row("SMs: device P / recorded S", f"{m.sm_count} / {m.sms_recorded}", f"{m.span_count:,} spans")
-    for key, value in m.timings.items():
+    for key, label, fmt in _TIMING_ROWS:
+        value = m.timings.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            table.add_row(f"timing: {key}", f"{value:.4g}", "from run meta")
+            note = "from run meta (timed, unprofiled)" if key == "kernel_ms" else "from run meta"
+            table.add_row(label, fmt(value), note)
     tc = m.tensor_core
     notes = {
         "tc_busy_fraction": f"{format_ns(tc.busy_ns)} of P·D = {format_ns(tc.capacity_ns)}",
@@ -136,3 +146,32 @@ def _flag(within: bool | None) -> str:
     if within is None:
         return "n/a"
     return "yes" if within else "no"
+
+
+def simulation_table(sim: Simulation) -> Table:
+    """The what-if schedules next to the measured run, with the model named in the title."""
+    table = Table(title=f"gemmtrace simulate: {sim.label} (a model, not a measurement)", title_justify="left",
+                  caption=sim.model + ".", caption_justify="left")
+    for col in ("schedule", "SMs", "CTAs" if sim.persistent else "SM slots", "makespan", "kernel time",
+                "Δ vs measured", "mean occupancy", "tail wave", "tail fraction", "tail occupancy",
+                "finish spread", "tiles per CTA"):
+        table.add_column(col, justify="right" if col != "schedule" else "left")
+    base = sim.measured["makespan_ns"]
+
+    def row(name, sms, workers, v, delta=True):
+        ms = v.get("kernel_ms")
+        d = v["makespan_ns"] / base - 1 if delta and base else None
+        table.add_row(name, str(sms), str(workers), format_ns(v["makespan_ns"]),
+                      "—" if ms is None else f"{ms:.4f} ms", "—" if d is None else f"{100 * d:+.2f} %",
+                      format_value(v["mean_occupancy"], "fraction"), format_value(v["tail_wave_ns"], "ns"),
+                      format_value(v["tail_wave_fraction"], "fraction"),
+                      format_value(v["tail_wave_occupancy"], "fraction"), format_value(v["finish_spread_ns"], "ns"),
+                      f"{v['tiles_per_worker_min']}–{v['tiles_per_worker_max']}")
+
+    row(f"measured ({sim.recorded_scheduler})", sim.recorded_sm_count, sim.recorded_workers, sim.measured, delta=False)
+    own = "static" if sim.recorded_scheduler == "static" else "dynamic"
+    row(f"model check: {own} replayed", sim.replay.sm_count, sim.replay.workers, sim.replay.scalars())
+    table.add_section()
+    for s in sim.schedules:
+        row(f"model: {s.scheduler}", s.sm_count, s.workers, s.scalars())
+    return table
