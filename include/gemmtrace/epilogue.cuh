@@ -38,20 +38,31 @@ __device__ __forceinline__ void store_fragment_global(const float (&acc)[BN / 2]
 
 // TMA-store epilogue: write columns [64p, 64p + 64) of a 64 x BN fragment as bf16 into one panel
 // of shared memory, [64 rows][128 bytes] in the 128-byte swizzle (16-byte chunk index XOR row % 8),
-// which is what a SWIZZLE_128B tensor map with box {64, 64} stores from. The XOR also spreads a
-// warp's 8 rows over all 32 banks, so these 4-byte writes are conflict-free.
+// which is what a SWIZZLE_128B tensor map with box {64, 64} stores from. The XOR also spreads each
+// 8-row matrix over all 32 banks, so the stores are conflict-free.
+// Written with stmatrix (PTX ISA "stmatrix"): each instruction stores four 8x8 bf16 matrices, 16
+// bytes per row, a quarter of the instructions of 4-byte stores. The wgmma accumulator fragment of
+// an 8-column group is exactly one 8x8 matrix for rows 0-7 (registers 4j, 4j+1) and one for rows
+// 8-15 (4j+2, 4j+3), so x4 takes two groups; lane l gives the address of row l % 8 of matrix l / 8.
 template <int BN>
-__device__ __forceinline__ void write_panel_smem_sw128(const float (&acc)[BN / 2], int p, uint8_t* panel) {
+__device__ __forceinline__ void stmatrix_panel_sw128(const float (&acc)[BN / 2], int p, uint32_t panel) {
   const int lane = threadIdx.x % 32, warp_in_wg = (threadIdx.x / 32) % 4;
+  const int matrix = lane / 8, row = warp_in_wg * 16 + (matrix % 2) * 8 + lane % 8;
 #pragma unroll
-  for (int chunk = 0; chunk < 8; ++chunk) {
-    const int j = p * 8 + chunk;
+  for (int pair = 0; pair < 4; ++pair) {  // column groups 2*pair and 2*pair + 1 of the panel
+    const int chunk = 2 * pair + matrix / 2;
+    const uint32_t addr = panel + row * 128 + ((chunk ^ (row % 8)) * 16);
+    const int j0 = p * 8 + 2 * pair;
+    uint32_t r[4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = warp_in_wg * 16 + lane / 4 + h * 8;
+    for (int m = 0; m < 4; ++m) {
+      const int j = j0 + m / 2, h = m % 2;
       const __nv_bfloat162 v = __floats2bfloat162_rn(acc[j * 4 + h * 2], acc[j * 4 + h * 2 + 1]);
-      *reinterpret_cast<__nv_bfloat162*>(panel + row * 128 + ((chunk ^ (row % 8)) * 16) + (lane % 4) * 4) = v;
+      r[m] = *reinterpret_cast<const uint32_t*>(&v);
     }
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+                 "r"(r[2]), "r"(r[3])
+                 : "memory");
   }
 }
 

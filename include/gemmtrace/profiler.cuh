@@ -128,12 +128,13 @@ struct Recorder<true> {
   __device__ __forceinline__ void record_span(Tag tag, uint32_t start, uint32_t end, uint32_t tile = kNoTile,
                                               uint32_t kblock = kNoKBlock) {
     if (region_ == nullptr) return;
-    // One predicated 16-byte store by lane 0: no branch (the warp never diverges) and no "memory"
-    // clobber (nothing in the kernel reads the buffer, so the compiler may keep scheduling freely).
+    // One predicated 16-byte store by lane 0: no branch (the warp never diverges), no "memory"
+    // clobber (nothing in the kernel reads the buffer, so the compiler may keep scheduling freely),
+    // and .cs (streaming, evict-first) so the trace does not push the kernel's operands out of L2.
     uint32_t* rec = region_ + kHeaderWords + min(count_, capacity_ - 1) * kRecordWords;
     const uint32_t word3 = uint32_t(tag) | (kblock << 8);
     asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p st.global.v4.u32 [%0], {%1, %2, %3, %4};\n}" ::"l"(rec),
+        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};\n}" ::"l"(rec),
         "r"(start), "r"(end), "r"(tile), "r"(word3), "r"(uint32_t(leader_ && count_ < capacity_)));
     ++count_;
   }

@@ -8,8 +8,9 @@
 //   consumers of both CTAs are done with it, so every consumer warp arrives on the empty barrier of
 //   both CTAs (16 arrivals), the peer's through the cluster's shared memory window.
 // - Epilogue: each consumer warpgroup writes its 64x256 fragment as four swizzled 64x64 bf16
-//   panels through a double buffer in shared memory and one thread stores each panel with a TMA
-//   bulk tensor store, which clips the tile at the matrix edge and writes whole 128-byte lines.
+//   panels (stmatrix, 16 bytes a row) through a double buffer in shared memory and one thread
+//   stores each panel with a TMA bulk tensor store, which clips the tile at the matrix edge and
+//   writes whole 128-byte lines.
 //
 // Shapes: any M, N >= 1 with N a multiple of 8 (TMA stores need 16-byte row strides) and K a
 // multiple of 8. An odd number of row blocks pads the grid to whole clusters; the padding CTA
@@ -156,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_v5(const __grid_constant__ C
         if (issuer) tma_store_wait_read<1>();
         named_barrier_sync(1 + cw, 128);
       }
-      write_panel_smem_sw128<BN>(acc, p, panel);
+      stmatrix_panel_sw128<BN>(acc, p, smem_addr(panel));
       fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
       named_barrier_sync(1 + cw, 128);
       if (issuer) {

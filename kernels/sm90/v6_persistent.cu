@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_v6(const __grid_constant__ C
         uint8_t* panel = buf + (p % 2) * kPanelBytes;
         if (issuer) tma_store_wait_read<1>();  // the store that last read this buffer is done reading
         named_barrier_sync(1 + cw, 128);
-        write_panel_smem_sw128<BN>(acc, p, panel);
+        stmatrix_panel_sw128<BN>(acc, p, smem_addr(panel));
         fence_async_shared();
         named_barrier_sync(1 + cw, 128);
         if (issuer) {
