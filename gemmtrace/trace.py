@@ -3,10 +3,11 @@
 Buffer layout (written by include/gemmtrace/profiler.cuh; keep the two in step):
   the buffer is `num_regions` regions, one per recording warp, each
     HEADER_WORDS uint32 header, then `capacity` records of RECORD_WORDS uint32.
-  header: [base_ns lo, base_ns hi, MAGIC, smid, cta, warp | role << 16, count, capacity,
-           cycles init->finish lo, hi, ns init->finish lo, hi]
-          written by the warp when it finishes; `count` is how many records it tried to write, so
-          count - capacity (when positive) records were dropped because the region was full.
+  header: [base_ns lo, hi, MAGIC, smid, cta, warp | role << 16, count, capacity,
+           base cycles lo, hi, end cycles lo, hi, end ns lo, hi, 0, 0]
+          the fixed fields written at init, the end pair, count and MAGIC when the warp finishes;
+          `count` is how many records it tried to write, so count - capacity (when positive)
+          records were dropped because the region was full.
   record: [start, end, tile, tag | kblock << 8], start and end in SM cycles since the warp's init.
   Cycles become ns through the warp's own (cycles, ns) pair measured from init to finish, so every
   span lands on %globaltimer's clock, which all SMs share.
@@ -28,7 +29,7 @@ import pandas as pd
 from . import tags as tagdefs
 from .paths import GemmtraceError
 
-HEADER_WORDS = 12
+HEADER_WORDS = 16
 RECORD_WORDS = 4
 MAGIC = 0x47545231  # "GTR1"
 NO_TILE = 0xFFFFFFFF
@@ -166,8 +167,11 @@ def decode(buffer: np.ndarray, layout: BufferLayout) -> Decoded:
     keep = np.arange(layout.capacity)[None, :] < stored[:, None]
     region_idx = np.broadcast_to(np.arange(layout.num_regions)[:, None], keep.shape)[keep]
     r = recs[keep]
-    clk_span = head[:, 8].astype(np.int64) | (head[:, 9].astype(np.int64) << 32)
-    ns_span = head[:, 10].astype(np.int64) | (head[:, 11].astype(np.int64) << 32)
+    def u64(lo: int) -> np.ndarray:
+        return head[:, lo].astype(np.int64) | (head[:, lo + 1].astype(np.int64) << 32)
+
+    clk_span = u64(10) - u64(8)
+    ns_span = u64(12) - base
     ns_per_cycle = (ns_span / np.maximum(clk_span, 1))[region_idx]
     start_abs = base[region_idx] + np.rint(r[:, 0] * ns_per_cycle).astype(np.int64)
     end_abs = base[region_idx] + np.rint(r[:, 1] * ns_per_cycle).astype(np.int64)

@@ -22,9 +22,12 @@ def make_buffer(layout, regions):
         hdr, recs = reg
         count = hdr.get("count", len(recs))
         clk, ns = hdr.get("clk_span", 10**6), hdr.get("ns_span", 10**6)  # default: 1 ns per cycle
+        clk0 = hdr.get("base_clk", 123_456_789_000)  # any cycle count: only differences matter
+        end_clk, end_ns = clk0 + clk, hdr["base"] + ns
         buf[i, :HEADER_WORDS] = [hdr["base"] & 0xFFFFFFFF, hdr["base"] >> 32, MAGIC, hdr["sm"], hdr["cta"],
                                  hdr["warp"] | (ROLE[hdr["role"]] << 16), count, layout.capacity,
-                                 clk & 0xFFFFFFFF, clk >> 32, ns & 0xFFFFFFFF, ns >> 32]
+                                 clk0 & 0xFFFFFFFF, clk0 >> 32, end_clk & 0xFFFFFFFF, end_clk >> 32,
+                                 end_ns & 0xFFFFFFFF, end_ns >> 32, 0, 0]
         for j, (s, e, tile, tag, kb) in enumerate(recs[: layout.capacity]):
             o = HEADER_WORDS + j * RECORD_WORDS
             buf[i, o:o + 4] = [s, e, NO_TILE if tile is None else tile, TAG[tag] | ((NO_KBLOCK if kb is None else kb) << 8)]
@@ -149,7 +152,7 @@ def test_decode_speed_is_vectorized():
     buf[:, 2] = MAGIC
     buf[:, 6] = lay.capacity
     buf[:, 7] = lay.capacity
-    buf[:, 8] = buf[:, 10] = 10**6  # 1 ns per cycle
+    buf[:, 10] = buf[:, 12] = 10**6  # 1 ns per cycle (base cycles and base ns are 0)
     recs = buf[:, HEADER_WORDS:].reshape(lay.num_regions, lay.capacity, 4)
     recs[:, :, 0] = np.arange(lay.capacity) * 100
     recs[:, :, 1] = np.arange(lay.capacity) * 100 + 50

@@ -8,8 +8,11 @@
 //   rec.finish();                                          // writes the region header
 //
 // Design (see docs/profiler.md and gemmtrace/trace.py, which decodes the same layout):
-// - Each recording warp owns one region of the buffer: a 48-byte header and `capacity` 16-byte
+// - Each recording warp owns one region of the buffer: a 64-byte header and `capacity` 16-byte
 //   records. The next free slot is a register counter, so the hot path has no atomics.
+// - The recorder holds five registers (region, count, capacity, the low word of the base cycle
+//   count, lane 0 or not): init() writes the header's fixed fields at once instead of keeping
+//   them, which matters in a consumer warpgroup with 128 accumulators and 40 registers to spare.
 // - Times on the hot path are SM cycles (%clock64), as offsets from the warp's cycle count at
 //   init. init() and finish() also read %globaltimer (ns, the same clock on every SM), and the
 //   header keeps both pairs, so the host maps each warp's cycles onto global nanoseconds by linear
@@ -41,7 +44,7 @@ enum class Tag : uint32_t {
 #undef GEMMTRACE_TAG_ENUM
 };
 
-constexpr uint32_t kHeaderWords = 12;
+constexpr uint32_t kHeaderWords = 16;
 constexpr uint32_t kRecordWords = 4;
 constexpr uint32_t kMagic = 0x47545231u;  // "GTR1"
 constexpr uint32_t kNoTile = 0xFFFFFFFFu;
@@ -89,29 +92,40 @@ struct Recorder<false> {
 template <>
 struct Recorder<true> {
   uint32_t* region_ = nullptr;
-  uint64_t base_ns_ = 0;   // %globaltimer at init
-  uint64_t base_clk_ = 0;  // %clock64 at init: span times are cycles since then
+  uint32_t base_clk_ = 0;  // low word of %clock64 at init: span times are cycles since then
   uint32_t count_ = 0;
   uint32_t capacity_ = 0;
-  uint32_t header_ = 0;  // warp | role << 16
   bool leader_ = false;
 
+  // header: [0-1 base ns (%globaltimer), 2 magic, 3 smid, 4 cta, 5 warp | role << 16, 6 count,
+  //          7 capacity, 8-9 base cycles (%clock64), 10-11 end cycles, 12-13 end ns, 14-15 zero]
   __device__ __forceinline__ void init(const ProfileBuffer& buf, uint32_t slot, Role role) {
     const uint32_t cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     const uint64_t region = uint64_t(cta) * buf.regions_per_cta + slot;
     region_ = buf.data + region * (kHeaderWords + uint64_t(buf.capacity) * kRecordWords);
     capacity_ = buf.capacity;
     count_ = 0;
-    header_ = (threadIdx.x / 32) | (uint32_t(role) << 16);
     leader_ = (threadIdx.x % 32) == 0;
-    base_ns_ = globaltimer_ns();
-    base_clk_ = clock_cycles();
+    const uint64_t ns = globaltimer_ns(), clk = clock_cycles();
+    base_clk_ = uint32_t(clk);
+    if (leader_) {  // the magic word stays 0 until finish(): an unfinished region is never decoded
+      uint32_t* h = region_;
+      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(h), "r"(uint32_t(ns)), "r"(uint32_t(ns >> 32)),
+                   "r"(0u), "r"(smid())
+                   : "memory");
+      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(h + 4), "r"(cta),
+                   "r"((threadIdx.x / 32) | (uint32_t(role) << 16)), "r"(0u), "r"(capacity_)
+                   : "memory");
+      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(h + 8), "r"(uint32_t(clk)), "r"(uint32_t(clk >> 32)),
+                   "r"(0u), "r"(0u)
+                   : "memory");
+    }
   }
 
-  // Cycles since init; the start of a span. Warps that never called init() read no clock
-  // (region_ is warp-uniform, so this is a uniform branch, not divergence).
+  // Cycles since init (modulo 2^32); the start of a span. Warps that never called init() read no
+  // clock (region_ is warp-uniform, so this is a uniform branch, not divergence).
   __device__ __forceinline__ uint32_t now() const {
-    return region_ == nullptr ? 0u : uint32_t(clock_cycles() - base_clk_);
+    return region_ == nullptr ? 0u : uint32_t(clock_cycles()) - base_clk_;
   }
 
   // Close a span that started at `start` (from now()) and store it; returns the span's end.
@@ -139,22 +153,16 @@ struct Recorder<true> {
     ++count_;
   }
 
-  // Write the header last, so a region without the magic word is one whose warp never finished.
-  // header: [base_ns lo, hi, magic, smid, cta, warp | role << 16, count, capacity,
-  //          cycles init->finish lo, hi, ns init->finish lo, hi]
+  // The end pair and the count, then the magic word last: a region without it is one whose warp
+  // never finished.
   __device__ __forceinline__ void finish() {
     if (region_ == nullptr || !leader_) return;
-    const uint64_t clk = clock_cycles() - base_clk_, ns = globaltimer_ns() - base_ns_;
+    const uint64_t clk = clock_cycles(), ns = globaltimer_ns();
     uint32_t* h = region_;
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(h + 8), "r"(uint32_t(clk)), "r"(uint32_t(clk >> 32)),
-                 "r"(uint32_t(ns)), "r"(uint32_t(ns >> 32))
-                 : "memory");
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(h + 4), "r"(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)),
-                 "r"(header_), "r"(count_), "r"(capacity_)
-                 : "memory");
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(h), "r"(uint32_t(base_ns_)),
-                 "r"(uint32_t(base_ns_ >> 32)), "r"(kMagic), "r"(smid())
-                 : "memory");
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(h + 10), "r"(uint32_t(clk)), "r"(uint32_t(clk >> 32)) : "memory");
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(h + 12), "r"(uint32_t(ns)), "r"(uint32_t(ns >> 32)) : "memory");
+    asm volatile("st.global.u32 [%0], %1;" ::"l"(h + 6), "r"(count_) : "memory");
+    asm volatile("st.global.u32 [%0], %1;" ::"l"(h + 2), "r"(kMagic) : "memory");
   }
 };
 

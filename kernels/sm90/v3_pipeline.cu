@@ -13,7 +13,9 @@
 //
 // MMA spans: a k-block's span runs from its first wgmma's issue to the wait_group that retires it,
 // clipped to start no earlier than the previous k-block's retirement, so one warp's MMA spans never
-// overlap (their union, the tensor-core busy time, is unchanged by the clip).
+// overlap (their union, the tensor-core busy time, is unchanged by the clip). Since the next
+// k-block is always issued before that wait returns, the clipped start is simply the previous
+// k-block's retirement.
 //
 // Shapes: any M, N >= 1 and K a multiple of 8.
 #include <cuda_bf16.h>
@@ -80,14 +82,19 @@ __global__ void __launch_bounds__(kThreads) gemm_v3(const __grid_constant__ CUte
   float acc[2][BN / 2];  // no zeroing: the first wgmma runs with scale-d = 0, and a non-wgmma write to
                         // the accumulators makes ptxas serialize the wgmma pipeline (C7515)
 
-  uint32_t mma_start = 0, prev_retired = 0;
+  // Recording costs one clock read and one store per k-block in steady state (v4 explains how):
+  // an MMA span starts where the previous k-block retired, waits are recorded only when they block,
+  // and thread 0 alone records the refills it makes.
+  uint32_t mma_start = 0, pending_start = 0, pending_end = 0;  // MMA span of k-block kb - 1, not yet stored
   for (int kb = 0; kb < num_kb; ++kb) {
     const int s = kb % kStages;
-    t = rec.now();
-    mbarrier_wait(full(s), (kb / kStages) & 1, WaitSite{uint32_t(Role::CONSUMER), kFullBarrier, tile, uint32_t(kb)});
-    rec.record(Tag::WAIT_FULL, t, tile, kb);
-
-    const uint32_t issued = rec.now();
+    const uint32_t parity = (kb / kStages) & 1;
+    if (!mbarrier_try_wait(full(s), parity)) {
+      const uint32_t from = rec.now();
+      mbarrier_wait(full(s), parity, WaitSite{uint32_t(Role::CONSUMER), kFullBarrier, tile, uint32_t(kb)});
+      rec.record(Tag::WAIT_FULL, from, tile, kb);
+    }
+    if (kb == 0) mma_start = rec.now();
     wgmma_fence();
 #pragma unroll
     for (int k16 = 0; k16 < BK / 16; ++k16) {
@@ -97,30 +104,32 @@ __global__ void __launch_bounds__(kThreads) gemm_v3(const __grid_constant__ CUte
         wgmma_bf16<BN>(acc[m], make_desc_sw128(smem_a(s) + m * 64 * 128 + k16 * 32), desc_b, (kb > 0 || k16 > 0) ? 1 : 0);
     }
     wgmma_commit();
+    if (kb >= 2) rec.record_span(Tag::MMA, pending_start, pending_end, tile, kb - 2);
     wgmma_wait<1>();  // k-block kb - 1 has retired; kb stays queued on the tensor cores
     if (kb > 0) {
-      prev_retired = rec.record(Tag::MMA, max(mma_start, prev_retired), tile, kb - 1);
+      pending_start = mma_start;
+      pending_end = mma_start = rec.now();
       const int ps = (kb - 1) % kStages;
       if (lane == 0) mbarrier_arrive(empty(ps));
-      if (kb - 1 + kStages < num_kb) {  // refill the stage k-block kb - 1 used
-        t = rec.now();
-        if (tid == 0)
-          mbarrier_wait(empty(ps), ((kb - 1) / kStages) & 1,
-                        WaitSite{uint32_t(Role::CONSUMER), kEmptyBarrier, tile, uint32_t(kb - 1)});
-        rec.record(Tag::WAIT_EMPTY, t, tile, kb - 1 + kStages);
-        t = rec.now();
-        if (tid == 0) load(kb - 1 + kStages);
-        rec.record(Tag::TMA_ISSUE, t, tile, kb - 1 + kStages);
+      if (tid == 0 && kb - 1 + kStages < num_kb) {  // refill the stage k-block kb - 1 used
+        const uint32_t empty_parity = ((kb - 1) / kStages) & 1;
+        uint32_t from = pending_end;
+        if (!mbarrier_try_wait(empty(ps), empty_parity)) {
+          mbarrier_wait(empty(ps), empty_parity, WaitSite{uint32_t(Role::CONSUMER), kEmptyBarrier, tile, uint32_t(kb - 1)});
+          from = rec.record(Tag::WAIT_EMPTY, from, tile, kb - 1 + kStages);
+        }
+        load(kb - 1 + kStages);
+        rec.record(Tag::TMA_ISSUE, from, tile, kb - 1 + kStages);
       }
     }
-    mma_start = issued;
   }
   wgmma_wait<0>();
 #pragma unroll
   for (int m = 0; m < 2; ++m) fence_registers(acc[m]);
-  rec.record(Tag::MMA, max(mma_start, prev_retired), tile, num_kb - 1);
-
   t = rec.now();
+  if (num_kb >= 2) rec.record_span(Tag::MMA, pending_start, pending_end, tile, num_kb - 2);
+  rec.record_span(Tag::MMA, mma_start, t, tile, num_kb - 1);
+
 #pragma unroll
   for (int m = 0; m < 2; ++m) store_fragment_global<BN>(acc[m], c, M, N, m_block * BM + m * 64, n_block * BN);
   rec.record(Tag::EPILOGUE, t, tile);

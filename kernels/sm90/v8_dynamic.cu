@@ -140,7 +140,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_v8(const __grid_constant__ C
   int m_block, n_block;
 
   Recorder<kProfile> rec;
-  if (warp % 4 == 0) rec.init(prof, wg, wg == 0 ? Role::PRODUCER : Role::CONSUMER);
+  // Recording warps: the producer (warp 0) and warps 5 and 10, one per SM sub-partition (warp % 4),
+  // so no scheduler issues for all three.
+  if (warp % 4 == wg) rec.init(prof, wg, wg == 0 ? Role::PRODUCER : Role::CONSUMER);
   uint32_t t = rec.now();
   if (tid == 0) {
     tma_prefetch_descriptor(&tmap_a);
