@@ -86,7 +86,8 @@ def _flags(spec: registry.KernelSpec, arch: str, debug: bool) -> list[str]:
 def _source_hash(spec: registry.KernelSpec, flags: list[str], nvcc_ver: str) -> str:
     h = hashlib.sha256()
     h.update(spec.path.read_bytes())
-    for header in sorted((INCLUDE_DIR / "gemmtrace").glob("*")):
+    # The shared headers, and the kernel bodies its directory shares (kernels/sm90/*.cuh).
+    for header in sorted((INCLUDE_DIR / "gemmtrace").glob("*")) + sorted(spec.path.parent.glob("*.cuh")):
         h.update(header.name.encode())
         h.update(header.read_bytes())
     h.update("\0".join(flags).encode())

@@ -1,0 +1,261 @@
+// The persistent warp-specialized GEMM of v6, v7 and v8, written once: the three differ only in the
+// tile scheduler they loop on (v6_persistent.cu, v7_tile_order.cu, v8_dynamic.cu each define one).
+//
+// One CTA per SM, in clusters of two CTAs on vertically adjacent 128x256 tiles that share B by TMA
+// multicast (v5). A producer lane and two consumer warpgroups loop over the tiles the scheduler
+// hands them; the pipeline's stages and phases run on across tiles, so the producer loads the next
+// tile while the consumers finish this one, and the TMA stores of C (through stmatrix-written,
+// swizzled panels) drain under the next tile's mainloop.
+//
+// A tile scheduler provides (see the three kernel files):
+//   struct Params;                                   built on the host from GtArgs, passed by value
+//   static int params(const GtArgs*, Params*, char* err, int errlen);   nonzero: a one-sentence error
+//   static int max_tiles_per_cluster(units, clusters, const GtArgs*);  sizes the profiler buffer
+//   static constexpr int kSmemBytes;                 shared memory of its own (after the barriers)
+//   __device__ TileScheduler(const Params&, int units, int grid_n, int cluster, int clusters, uint32_t smem);
+//   __device__ void init_barriers();                 thread 0, before the cluster barrier
+//   __device__ bool next_tile(bool producer, bool frees, uint32_t rank, Sync group_sync, int& m, int& n);
+//   __device__ bool claims() const;                  the producer records a sched_claim span per tile
+//   __device__ int index() const;                    position of the current tile in the tile order
+//   __device__ void on_exit();                       thread 0, after the cluster barrier at exit
+#pragma once
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "gemmtrace/cluster.cuh"
+#include "gemmtrace/epilogue.cuh"
+#include "gemmtrace/host.cuh"
+#include "gemmtrace/mbarrier.cuh"
+#include "gemmtrace/profiler.cuh"
+#include "gemmtrace/tma.cuh"
+#include "gemmtrace/wgmma.cuh"
+
+namespace persistent {
+
+using namespace gemmtrace;
+
+constexpr int BM = 128, BN = 256, BK = 64, kStages = 4;
+constexpr int kConsumers = 2;  // consumer warpgroups, 64 rows each
+constexpr int kCluster = 2;    // CTAs per cluster, along M
+constexpr int kThreads = 128 * (1 + kConsumers);
+constexpr int kTileBytesA = BM * BK * 2, kTileBytesB = BN * BK * 2;
+constexpr int kHalfBytesB = kTileBytesB / kCluster;
+constexpr int kStageBytes = kTileBytesA + kTileBytesB;
+constexpr int kPanelBytes = 64 * 128;
+constexpr int kEpilogueBytes = kConsumers * 2 * kPanelBytes;
+constexpr int kPipelineBytes = 1024 + kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8;
+enum BarrierId : uint32_t { kFullBarrier = 0, kEmptyBarrier = 1, kClaimedBarrier = 2, kReadBarrier = 3 };
+
+template <bool kProfile, class TileScheduler>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_persistent(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+                    const __grid_constant__ CUtensorMap tmap_c, const typename TileScheduler::Params sched_params,
+                    int grid_m_pairs, int grid_n, int K, ProfileBuffer prof) {
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t stage0 = (smem_addr(smem_raw) + 1023) & ~1023u;  // swizzle atoms need 1024-byte alignment
+  const uint32_t epi0 = stage0 + kStages * kStageBytes;
+  const uint32_t full0 = epi0 + kEpilogueBytes, empty0 = full0 + kStages * 8, sched_smem = empty0 + kStages * 8;
+  auto smem_a = [&](int s) { return stage0 + s * kStageBytes; };
+  auto smem_b = [&](int s) { return stage0 + s * kStageBytes + kTileBytesA; };
+  auto full = [&](int s) { return full0 + s * 8; };
+  auto empty = [&](int s) { return empty0 + s * 8; };
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
+  const uint32_t rank = cluster_ctarank(), peer = rank ^ 1;
+  const int cluster = blockIdx.x / kCluster, clusters = gridDim.x / kCluster;
+  const int num_kb = (K + BK - 1) / BK;
+  TileScheduler sched(sched_params, grid_m_pairs * grid_n, grid_n, cluster, clusters, sched_smem);
+  int m_block, n_block;
+
+  Recorder<kProfile> rec;
+  // Recording warps: the producer (warp 0) and warps 5 and 10, one per SM sub-partition (warp % 4),
+  // so no scheduler issues for all three.
+  if (warp % 4 == wg) rec.init(prof, wg, wg == 0 ? Role::PRODUCER : Role::CONSUMER);
+  uint32_t t = rec.now();
+  if (tid == 0) {
+    tma_prefetch_descriptor(&tmap_a);
+    tma_prefetch_descriptor(&tmap_b);
+    tma_prefetch_descriptor(&tmap_c);
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(full(s), 1);
+      mbarrier_init(empty(s), kCluster * kConsumers * 4);  // every consumer warp of both CTAs
+    }
+    sched.init_barriers();
+    mbarrier_init_fence();
+  }
+  cluster_sync();  // the peer's barriers are initialised before anyone multicasts or arrives on them
+  t = rec.record(Tag::SETUP, t);
+
+  if (wg == 0) {  // ---------------- producer ----------------
+    setmaxnreg_dec<40>();
+    // One elected lane runs the whole load loop: waiting, issuing and recording with no warp-wide
+    // reconvergence per k-block (recording from the full warp here cost v4 14.5% at 4096^3).
+    if (warp == 0 && lane == 0) {
+      int it = 0;  // k-blocks loaded so far, across tiles: stage = it % kStages
+      while (true) {
+        const bool more = sched.next_tile(true, true, rank, [] {}, m_block, n_block);
+        const uint32_t tile = more ? uint32_t(m_block) * grid_n + n_block : kNoTile;
+        // The claim span carries the tile (none for the final, empty claim) and, as its k-block,
+        // the claim's position in the tile order, so the trace holds the exact claim sequence.
+        if (sched.claims()) t = rec.record(Tag::SCHED_CLAIM, t, tile, more ? uint32_t(sched.index()) : kNoKBlock);
+        if (!more) break;
+        for (int kb = 0; kb < num_kb; ++kb, ++it) {
+          const int s = it % kStages;
+          const uint32_t parity = ((it / kStages) & 1) ^ 1;
+          // A wait for a free stage is recorded only when the stage was not already free.
+          const bool was_free = mbarrier_try_wait(empty(s), parity);
+          uint32_t wait_from = 0, wait_to = t;
+          if (!was_free) {
+            wait_from = rec.now();
+            mbarrier_wait(empty(s), parity, WaitSite{uint32_t(Role::PRODUCER), kEmptyBarrier, tile, uint32_t(kb)});
+            wait_to = rec.now();
+          }
+          if (!debug_drop_load(it)) {
+            // This CTA's full barrier counts its own A, its own B half and the peer's B half.
+            mbarrier_arrive_expect_tx(full(s), kStageBytes);
+            tma_load_2d(smem_a(s), &tmap_a, full(s), kb * BK, m_block * BM);
+            tma_load_2d_multicast(smem_b(s) + rank * kHalfBytesB, &tmap_b, full(s), kb * BK,
+                                  n_block * BN + rank * (BN / kCluster), uint16_t((1u << kCluster) - 1));
+          }
+          if (!was_free) rec.record_span(Tag::WAIT_EMPTY, wait_from, wait_to, tile, kb);
+          t = rec.record(Tag::TMA_ISSUE, wait_to, tile, kb);  // from the stage being free to the loads issued
+        }
+      }
+    }
+  } else {  // ---------------- consumers ----------------
+    setmaxnreg_inc<232>();
+    const int cw = wg - 1;  // this consumer's 64-row slice of the tile
+    const bool issuer = (tid % 128) == 0;
+    uint8_t* buf = smem_raw + (epi0 - smem_addr(smem_raw)) + cw * 2 * kPanelBytes;
+    float acc[BN / 2];
+    int it = 0;
+    // One clock read and one store per k-block in steady state (v4 explains how).
+    auto wg_sync = [cw] { named_barrier_sync(1 + cw, 128); };
+    while (sched.next_tile(false, issuer, rank, wg_sync, m_block, n_block)) {
+      const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
+      uint32_t mma_start = 0, pending_start = 0, pending_end = 0;  // MMA span of k-block kb - 1, not yet stored
+      for (int kb = 0; kb < num_kb; ++kb, ++it) {
+        const int s = it % kStages;
+        const uint32_t parity = (it / kStages) & 1;
+        if (!mbarrier_try_wait(full(s), parity)) {  // the tensor cores may starve here: record it
+          const uint32_t from = rec.now();
+          mbarrier_wait(full(s), parity, WaitSite{uint32_t(Role::CONSUMER), kFullBarrier, tile, uint32_t(kb)});
+          rec.record(Tag::WAIT_FULL, from, tile, kb);
+        }
+        if (kb == 0) mma_start = rec.now();  // the tile's first issue
+        wgmma_fence();
+#pragma unroll
+        for (int k16 = 0; k16 < BK / 16; ++k16)
+          wgmma_bf16<BN>(acc, make_desc_sw128(smem_a(s) + cw * 64 * 128 + k16 * 32),
+                         make_desc_sw128(smem_b(s) + k16 * 32), (kb > 0 || k16 > 0) ? 1 : 0);
+        wgmma_commit();
+        if (kb >= 2) rec.record_span(Tag::MMA, pending_start, pending_end, tile, kb - 2);
+        wgmma_wait<1>();  // k-block it - 1 has retired; it stays queued
+        if (kb > 0) {
+          pending_start = mma_start;
+          pending_end = mma_start = rec.now();
+          // Release stage it - 1 to both producers (the cluster barrier at exit keeps the peer alive).
+          if (lane == 0) {
+            const uint32_t ps = (it - 1) % kStages;
+            mbarrier_arrive(empty(ps));
+            mbarrier_arrive_cluster(empty(ps), peer);
+          }
+        }
+      }
+      wgmma_wait<0>();
+      fence_registers(acc);
+      t = rec.now();  // the last k-block retired; the epilogue starts here
+      if (lane == 0) {
+        const uint32_t ps = (it - 1) % kStages;
+        mbarrier_arrive(empty(ps));
+        mbarrier_arrive_cluster(empty(ps), peer);
+      }
+      if (num_kb >= 2) rec.record_span(Tag::MMA, pending_start, pending_end, tile, num_kb - 2);
+      rec.record_span(Tag::MMA, mma_start, t, tile, num_kb - 1);
+
+      // Epilogue: the producer is already loading the next tile; these stores drain under it.
+#pragma unroll
+      for (int p = 0; p < BN / 64; ++p) {
+        uint8_t* panel = buf + (p % 2) * kPanelBytes;
+        if (issuer) tma_store_wait_read<1>();  // the store that last read this buffer is done reading
+        named_barrier_sync(1 + cw, 128);
+        stmatrix_panel_sw128<BN>(acc, p, smem_addr(panel));
+        fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
+        named_barrier_sync(1 + cw, 128);
+        if (issuer) {
+          tma_store_2d(&tmap_c, smem_addr(panel), n_block * BN + p * 64, m_block * BM + cw * 64);
+          tma_store_commit();
+        }
+      }
+      rec.record(Tag::EPILOGUE, t, tile);
+    }
+    if (issuer) tma_store_wait_read<0>();  // shared memory must outlive the stores' reads
+  }
+  rec.finish();
+  // Every stage is released to both producers, so a peer's last arrives may come after this CTA's
+  // own work is done: leave together (once per CTA, not per tile).
+  cluster_sync();
+  if (tid == 0) sched.on_exit();
+}
+
+// Shapes: any M, N >= 1 with N a multiple of 8 (TMA stores of C) and K a multiple of 8.
+template <class TileScheduler>
+int plan(const GtArgs* args, GtPlan* p, char* err, int errlen) {
+  if (host::check_bf16_gemm_shape(args, 8, err, errlen)) return 1;
+  if (args->n % 8 != 0)
+    return host::fail(err, errlen, "N must be a multiple of 8 (TMA stores of C need 16-byte row strides); got N=%lld",
+                      (long long)args->n);
+  const int grid_m_pairs = host::ceil_div(host::ceil_div(args->m, BM), kCluster);
+  const int grid_n = host::ceil_div(args->n, BN);
+  const int units = grid_m_pairs * grid_n;
+  const int sms = args->max_ctas > 0 ? args->max_ctas : (args->num_sms > 0 ? args->num_sms : 132);
+  const int clusters = std::max(1, std::min(units, sms / kCluster));
+  const int num_kb = host::ceil_div(args->k, BK);
+  *p = GtPlan{};
+  p->grid_ctas = clusters * kCluster;
+  p->regions_per_cta = 1 + kConsumers;
+  // setup and a final claim; per tile: a claim, two spans per k-block, the epilogue
+  p->records_per_region = TileScheduler::max_tiles_per_cluster(units, clusters, args) * (2 * num_kb + 2) + 2;
+  p->block_threads = kThreads;
+  p->smem_bytes = kPipelineBytes + TileScheduler::kSmemBytes;
+  p->tile_m = BM, p->tile_n = BN, p->tile_k = BK;
+  p->stages = kStages;
+  p->cluster = kCluster;
+  p->tiles = units * kCluster;
+  return 0;
+}
+
+template <class TileScheduler>
+int launch(const GtArgs* args, const char* name, char* err, int errlen) {
+  GtPlan p;
+  if (plan<TileScheduler>(args, &p, err, errlen)) return 1;
+  typename TileScheduler::Params sched_params;
+  if (TileScheduler::params(args, &sched_params, err, errlen)) return 1;
+  CUtensorMap tmap_a, tmap_b, tmap_c;
+  if (host::encode_rows_sw128(&tmap_a, args->a, args->m, args->k, BM, "A", err, errlen)) return 1;
+  if (host::encode_rows_sw128(&tmap_b, args->b, args->n, args->k, BN / kCluster, "B", err, errlen)) return 1;
+  if (host::encode_rows_sw128(&tmap_c, args->c, args->m, args->n, 64, "C", err, errlen)) return 1;
+  auto stream = static_cast<cudaStream_t>(args->stream);
+  auto kernel = args->profile ? gemm_persistent<true, TileScheduler> : gemm_persistent<false, TileScheduler>;
+  if (host::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.smem_bytes),
+                       "cudaFuncSetAttribute", err, errlen))
+    return 1;
+  if (host::set_hang_report(args, stream, err, errlen)) return 1;
+  const int grid_m_pairs = host::ceil_div(host::ceil_div(args->m, BM), kCluster);
+  const int grid_n = host::ceil_div(args->n, BN);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(p.grid_ctas);
+  cfg.blockDim = dim3(p.block_threads);
+  cfg.dynamicSmemBytes = p.smem_bytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim = {kCluster, 1, 1};
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return host::check_cuda(cudaLaunchKernelEx(&cfg, kernel, tmap_a, tmap_b, tmap_c, sched_params, grid_m_pairs, grid_n,
+                                             int(args->k), host::profile_buffer(args, p)),
+                          name, err, errlen);
+}
+
+}  // namespace persistent
