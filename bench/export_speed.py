@@ -31,6 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gemmtrace import Run  # noqa: E402
+from gemmtrace.bench import cpu_name  # noqa: E402
 from gemmtrace.export import FORMATS, export  # noqa: E402
 from gemmtrace.tags import role_names, tag_names  # noqa: E402
 from gemmtrace.trace import spans_frame  # noqa: E402
@@ -120,15 +121,6 @@ def counters_of(run: Run):
     t, a = occupancy_curve(run.spans, run.sm_count)
     return {"SMs with a tile in flight": (t, a.astype(float))}
 
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def deflate_backend() -> str:

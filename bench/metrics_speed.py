@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from gemmtrace import Run, __version__  # noqa: E402
+from gemmtrace.bench import cpu_name  # noqa: E402
 from gemmtrace.analysis import compute_metrics  # noqa: E402
 from gemmtrace.analysis.synthetic import synthetic_run  # noqa: E402
 
@@ -84,15 +85,6 @@ def main() -> int:
         print(f"wrote {args.output}")
     return 0 if ok else 1
 
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

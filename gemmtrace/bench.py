@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import platform
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,17 @@ DEFAULT_SHAPES: tuple[tuple[int, int, int], ...] = (
     (4096, 4096, 14336),
 )
 RESULTS_DIR = ROOT / "bench" / "results"
+
+
+def cpu_name() -> str:
+    """The host CPU's model, for benchmark records of the tooling (export, metrics) that runs there."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 @dataclass

@@ -1,30 +1,13 @@
 """The analysis commands: analyze, compare, report, simulate on saved runs and bundled samples, and
 one-sentence errors (exit 1, no traceback) for missing, corrupt and incomplete runs."""
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from gemmtrace import Run
 from gemmtrace.analysis.synthetic import synthetic_run
-
-
-def gt(*args, env=None):
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "gemmtrace", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, env=full_env)
-
-
-def assert_one_sentence_error(out, *needles):
-    assert out.returncode == 1, (out.returncode, out.stdout, out.stderr)
-    err = out.stderr.strip()
-    assert err.startswith("error:"), err
-    assert "Traceback" not in err and len(err.splitlines()) == 1, err
-    for n in needles:
-        assert n in err, err
+from cli_helpers import assert_one_sentence_error, gt
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,4 @@
 """The command line: help for every command, and one-sentence errors (exit 1, no traceback)."""
-import subprocess
-import sys
 
 import pytest
 
@@ -8,10 +6,7 @@ from gemmtrace.cli import parse_shape
 from gemmtrace import GemmtraceError
 
 from conftest import HAVE_SM90
-
-
-def gt(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "gemmtrace", *args], capture_output=True, text=True, timeout=300, env=env)
+from cli_helpers import assert_one_sentence_error, gt
 
 
 @pytest.mark.parametrize("cmd", ["", "run", "build", "list", "export"])
@@ -25,15 +20,6 @@ def test_run_help_names_the_options():
     out = gt("run", "--help").stdout
     for opt in ("--kernel", "--shape", "--sched", "--iters", "--out", "--buffer-scale"):
         assert opt in out
-
-
-def assert_one_sentence_error(out, *needles):
-    assert out.returncode == 1, (out.returncode, out.stdout, out.stderr)
-    err = out.stderr.strip()
-    assert err.startswith("error:"), err
-    assert "Traceback" not in err and len(err.splitlines()) == 1, err
-    for n in needles:
-        assert n in err, err
 
 
 def test_unknown_kernel():

@@ -79,31 +79,21 @@ __device__ __forceinline__ void st_shared_cluster(uint32_t addr, uint32_t cta_ra
       : "memory");
 }
 
-// Wait until the barrier's phase with the given parity has completed. In debug builds
-// (GEMMTRACE_DEBUG) the wait is bounded: on expiry it reports `site` and stops the kernel.
+// Wait until the barrier's phase with the given parity has completed. kClusterScope: acquire at
+// cluster scope, for barriers a peer CTA completes after writing into this CTA's shared memory.
+// In debug builds (GEMMTRACE_DEBUG) the wait is bounded: on expiry it reports `site` and stops
+// the kernel.
+template <bool kClusterScope = false>
 __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity, const WaitSite& site) {
+  auto ready = [&] { return kClusterScope ? mbarrier_try_wait_cluster(bar, parity) : mbarrier_try_wait(bar, parity); };
 #ifdef GEMMTRACE_DEBUG
   const uint64_t t0 = debug_clock_ns();
-  while (!mbarrier_try_wait(bar, parity)) {
+  while (!ready()) {
     if (debug_clock_ns() - t0 > GEMMTRACE_WAIT_TIMEOUT_NS) debug_report_hang(site, bar, parity);
   }
 #else
   (void)site;
-  while (!mbarrier_try_wait(bar, parity)) {
-  }
-#endif
-}
-
-// mbarrier_wait for barriers completed by a peer CTA's release.cluster arrive (see above).
-__device__ __forceinline__ void mbarrier_wait_cluster(uint32_t bar, uint32_t parity, const WaitSite& site) {
-#ifdef GEMMTRACE_DEBUG
-  const uint64_t t0 = debug_clock_ns();
-  while (!mbarrier_try_wait_cluster(bar, parity)) {
-    if (debug_clock_ns() - t0 > GEMMTRACE_WAIT_TIMEOUT_NS) debug_report_hang(site, bar, parity);
-  }
-#else
-  (void)site;
-  while (!mbarrier_try_wait_cluster(bar, parity)) {
+  while (!ready()) {
   }
 #endif
 }

@@ -1,5 +1,6 @@
 // The persistent warp-specialized GEMM of v6, v7 and v8, written once: the three differ only in the
-// tile scheduler they loop on (v6_persistent.cu, v7_tile_order.cu, v8_dynamic.cu each define one).
+// tile scheduler they loop on (StaticScheduler below, in row order for v6 and in the host's tile
+// order for v7; v8_dynamic.cu defines the dynamic one).
 //
 // One CTA per SM, in clusters of two CTAs on vertically adjacent 128x256 tiles that share B by TMA
 // multicast (v5). A producer lane and two consumer warpgroups loop over the tiles the scheduler
@@ -46,6 +47,41 @@ constexpr int kPanelBytes = 64 * 128;
 constexpr int kEpilogueBytes = kConsumers * 2 * kPanelBytes;
 constexpr int kPipelineBytes = 1024 + kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8;
 enum BarrierId : uint32_t { kFullBarrier = 0, kEmptyBarrier = 1, kClaimedBarrier = 2, kReadBarrier = 3 };
+
+// The static schedule of v6 and v7: cluster c of G visits entries c, c + G, c + 2G, ... of a tile
+// order, row order when there is none (v6) or the table the host built (v7, gemmtrace/tile_order.py).
+// An entry is a cluster tile u = m_pair * grid_n + n_block; rank r of the cluster takes m block
+// 2 * m_pair + r.
+template <bool kOrdered>
+struct StaticScheduler {
+  struct Params {
+    const int32_t* order;
+  };
+  static constexpr int kSmemBytes = 0;
+  const int32_t* order;
+  int units, grid_n, clusters, next;
+
+  static int params(const GtArgs* args, Params* p, char*, int) {
+    p->order = kOrdered ? args->tile_order : nullptr;
+    return 0;
+  }
+  static int max_tiles_per_cluster(int units, int clusters, const GtArgs*) { return host::ceil_div(units, clusters); }
+  __device__ StaticScheduler(const Params& p, int units_, int grid_n_, int cluster, int clusters_, uint32_t)
+      : order(p.order), units(units_), grid_n(grid_n_), clusters(clusters_), next(cluster) {}
+  __device__ void init_barriers() {}
+  template <typename GroupSync>
+  __device__ bool next_tile(bool, bool, uint32_t rank, GroupSync, int& m_block, int& n_block) {
+    if (next >= units) return false;
+    const int u = kOrdered && order != nullptr ? __ldg(order + next) : next;
+    m_block = (u / grid_n) * kCluster + int(rank);
+    n_block = u % grid_n;
+    next += clusters;
+    return true;
+  }
+  __device__ bool claims() const { return false; }
+  __device__ int index() const { return next - clusters; }
+  __device__ void on_exit() {}
+};
 
 template <bool kProfile, class TileScheduler>
 __global__ void __launch_bounds__(kThreads, 1)

@@ -92,8 +92,8 @@ struct TileScheduler {
   template <typename GroupSync>
   __device__ int read_claim(bool frees, uint32_t rank, GroupSync group_sync) {
     const int j = taken % kClaimSlots;
-    mbarrier_wait_cluster(claimed_bar(j), (taken / kClaimSlots) & 1,
-                          WaitSite{uint32_t(Role::SCHEDULER), persistent::kClaimedBarrier, kNoTile, uint32_t(taken)});
+    mbarrier_wait<true>(claimed_bar(j), (taken / kClaimSlots) & 1,
+                        WaitSite{uint32_t(Role::SCHEDULER), persistent::kClaimedBarrier, kNoTile, uint32_t(taken)});
     const int i = *reinterpret_cast<volatile int32_t*>(__cvta_shared_to_generic(slot(j)));
     ++taken;
     group_sync();
