@@ -162,12 +162,13 @@ def results_table(results) -> Table:
 
 
 def _print_sched_comparison(results) -> None:
-    try:
-        from .analysis import compare
-        from .analysis.tables import compare_table
-    except ImportError:
-        return
-    console.print(compare_table(compare([r.run for r in results])))
+    from .analysis import compare
+    from .analysis.tables import compare_table
+
+    try:  # the runs are saved already: a comparison that cannot be made is a warning, not a failure
+        console.print(compare_table(compare([r.run for r in results])))
+    except GemmtraceError as e:
+        err_console.print(f"[yellow]warning:[/] no scheduler comparison: {e}")
 
 
 @app.command("bench")

@@ -217,14 +217,18 @@ class Run:
     @property
     def sm_count(self) -> int:
         """P: the device's SM count (falls back to the SMs that recorded, for synthetic runs)."""
-        p = self.meta.get("device", {}).get("sm_count")
-        return int(p) if p else int(self.spans["sm"].nunique())
+        device = self.meta.get("device")
+        p = device.get("sm_count") if isinstance(device, dict) else None
+        try:
+            return int(p) if p else int(self.spans["sm"].nunique())
+        except (TypeError, ValueError):
+            raise GemmtraceError(f"the run's device.sm_count is {p!r}, not a number.") from None
 
     @property
     def label(self) -> str:
         m = self.meta
-        shape = m.get("shape", {})
-        s = "x".join(str(shape.get(k, "?")) for k in "MNK") if shape else "?"
+        shape = m.get("shape")
+        s = "x".join(str(shape.get(k, "?")) for k in "MNK") if isinstance(shape, dict) and shape else "?"
         sched = m.get("scheduler")
         return f"{self.kernel} {s}" + (f" {sched}" if sched else "")
 

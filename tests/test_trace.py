@@ -119,6 +119,16 @@ def test_save_load_round_trip(tmp_path):
     assert back.meta["kernel"] == "synthetic" and back.sm_count == 132
 
 
+def test_run_views_tolerate_odd_metadata():
+    """A run whose meta lacks a device or shape dict (hand-made, or from another tool) still has a
+    label and an SM count; a non-numeric sm_count is one clear error."""
+    spans = synthetic_run(10).spans
+    assert Run(spans, {"device": "H100", "shape": [1, 2, 3]}).label == "? ?"
+    assert Run(spans, {"device": None}).sm_count == spans["sm"].nunique()
+    with pytest.raises(GemmtraceError, match="sm_count"):
+        Run(spans, {"device": {"sm_count": "many"}}).sm_count
+
+
 def test_load_errors_are_one_sentence(tmp_path):
     with pytest.raises(GemmtraceError, match="no such directory"):
         load(tmp_path / "nope")
