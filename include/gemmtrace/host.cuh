@@ -134,6 +134,27 @@ inline int set_hang_report(const GtArgs* args, cudaStream_t stream, char* err, i
 
 inline int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 
+// The plan of a kernel that computes one BM x BN tile per CTA on a (N / BN, M / BM) grid (v1-v4):
+// checks the shape, then sizes the profiler buffer as `spans_per_kblock` spans per k-block plus
+// setup and epilogue for each of the CTA's `regions_per_cta` recording warps.
+inline int one_tile_per_cta_plan(const GtArgs* args, int bm, int bn, int bk, int stages, int threads, int smem_bytes,
+                                 int regions_per_cta, int spans_per_kblock, GtPlan* p, char* err, int errlen) {
+  if (check_bf16_gemm_shape(args, 8, err, errlen)) return 1;
+  const int grid_m = ceil_div(args->m, bm), grid_n = ceil_div(args->n, bn);
+  if (grid_m > 65535) return fail(err, errlen, "M=%lld needs more than 65535 row blocks", (long long)args->m);
+  *p = GtPlan{};
+  p->grid_ctas = grid_m * grid_n;
+  p->regions_per_cta = regions_per_cta;
+  p->records_per_region = spans_per_kblock * ceil_div(args->k, bk) + 2;
+  p->block_threads = threads;
+  p->smem_bytes = smem_bytes;
+  p->tile_m = bm, p->tile_n = bn, p->tile_k = bk;
+  p->stages = stages;
+  p->cluster = 1;
+  p->tiles = grid_m * grid_n;
+  return 0;
+}
+
 inline gemmtrace::ProfileBuffer profile_buffer(const GtArgs* args, const GtPlan& plan) {
   return gemmtrace::ProfileBuffer{args->prof_data, args->prof_capacity, uint32_t(plan.regions_per_cta)};
 }

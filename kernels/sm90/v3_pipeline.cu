@@ -137,21 +137,9 @@ __global__ void __launch_bounds__(kThreads) gemm_v3(const __grid_constant__ CUte
 }
 
 int plan(const GtArgs* args, GtPlan* p, char* err, int errlen) {
-  if (host::check_bf16_gemm_shape(args, 8, err, errlen)) return 1;
-  const int grid_m = host::ceil_div(args->m, BM), grid_n = host::ceil_div(args->n, BN);
-  if (grid_m > 65535) return host::fail(err, errlen, "M=%lld needs more than 65535 row blocks", (long long)args->m);
-  const int num_kb = host::ceil_div(args->k, BK);
-  *p = GtPlan{};
-  p->grid_ctas = grid_m * grid_n;
-  p->regions_per_cta = 1;
-  p->records_per_region = 4 * num_kb + 2;  // setup, (wait_full, mma, wait_empty, tma_issue) per k-block, epilogue
-  p->block_threads = kThreads;
-  p->smem_bytes = kSmemBytes;
-  p->tile_m = BM, p->tile_n = BN, p->tile_k = BK;
-  p->stages = kStages;
-  p->cluster = 1;
-  p->tiles = grid_m * grid_n;
-  return 0;
+  // setup, (wait_full, mma, wait_empty, tma_issue) per k-block, epilogue
+  return host::one_tile_per_cta_plan(args, BM, BN, BK, kStages, kThreads, kSmemBytes, 1, 4, p, err,
+                                     errlen);
 }
 
 }  // namespace
