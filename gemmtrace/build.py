@@ -90,7 +90,9 @@ def _source_hash(spec: registry.KernelSpec, flags: list[str], nvcc_ver: str) -> 
     for header in sorted((INCLUDE_DIR / "gemmtrace").glob("*")) + sorted(spec.path.parent.glob("*.cuh")):
         h.update(header.name.encode())
         h.update(header.read_bytes())
-    h.update("\0".join(flags).encode())
+    # The include flag names this checkout's path: leave it out, so that a cache built in one checkout
+    # is valid in another (a copy of the repo on another machine with the same nvcc).
+    h.update("\0".join(f.replace(str(INCLUDE_DIR), "<include>") for f in flags).encode())
     h.update(nvcc_ver.encode())
     return h.hexdigest()[:20]
 

@@ -1,10 +1,10 @@
 """The run harness: build, check against torch, time against cuBLAS, record one profiled launch.
 
-Method (see bench/NOTES.md): seeded random normal inputs in several rotating sets (so repeated
-launches do not measure the L2), output poisoned with NaN before each checked launch, an fp32 torch
-reference (TF32 off) compared by relative Frobenius error, CUDA-event timing of single launches after
-warm-up, with cuBLAS, the unprofiled build and the profiled build interleaved round by round in the
-same process, and medians over at least 20 rounds.
+Method (see bench/NOTES.md): seeded random normal inputs in several sets, each launch taking the
+next (so no launch finds its operands in L2), output poisoned with NaN before each checked launch, an
+fp32 torch reference (TF32 off) compared by relative Frobenius error, CUDA-event timing of single
+launches after warm-up, with cuBLAS, the unprofiled build and the profiled build interleaved round by
+round in the same process, in an order that rotates every round, and medians over at least 20 rounds.
 """
 from __future__ import annotations
 
@@ -183,6 +183,10 @@ def versions_meta(torch) -> dict:
     commit = None
     try:
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5).stdout.strip() or None
+        changed = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, timeout=5).stdout.strip()
+        if commit and changed:
+            commit += "-dirty"  # measured on uncommitted changes to tracked files
     except OSError:
         pass
     return {
@@ -205,7 +209,9 @@ class _Harness:
         self.props = torch.cuda.get_device_properties(0)
         bytes_per_set = 2 * (m * k + n * k)
         l2 = getattr(self.props, "L2_cache_size", 50 << 20) or (50 << 20)
-        sets = opts.input_sets or max(2, min(8, math.ceil(2 * l2 / bytes_per_set)))
+        # Timed launches take the sets in turn (see run_kernel), so between two reads of one set the
+        # others stream at least twice the L2 through it: every launch starts with cold operands.
+        sets = opts.input_sets or max(2, min(8, 1 + math.ceil(2 * l2 / bytes_per_set)))
         gen = torch.Generator(device="cuda").manual_seed(opts.seed)
         self.inputs = [
             (
@@ -347,17 +353,24 @@ def run_kernel(opts: RunOptions, progress: Callable[[str], None] | None = None) 
         for sched in opts.schedulers:
             variants.append((f"plain:{sched}", lambda i, s=sched: launch(s, False, i)))
             variants.append((f"profiled:{sched}", lambda i, s=sched: launch(s, True, i)))
-        for i in range(opts.warmup):
+        # Each launch takes the next input set (no variant reads operands another just pulled into
+        # L2), and each round starts one variant later (none always runs right after another, which
+        # matters when the GPU is at its power limit and clocks follow the previous launch).
+        launches = 0
+        for r in range(opts.warmup):
             for _, fn in variants:
-                fn(i)
+                fn(launches)
+                launches += 1
         synced(lambda: None)
         events = {name: [] for name, _ in variants}
-        for i in range(opts.iters):
-            for name, fn in variants:
+        for r in range(opts.iters):
+            for v in range(len(variants)):
+                name, fn = variants[(r + v) % len(variants)]
                 e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 e0.record()
-                fn(i)
+                fn(launches)
                 e1.record()
+                launches += 1
                 events[name].append((e0, e1))
         synced(lambda: None)
         samples = {name: [e0.elapsed_time(e1) for e0, e1 in evs] for name, evs in events.items()}
@@ -390,7 +403,8 @@ def run_kernel(opts: RunOptions, progress: Callable[[str], None] | None = None) 
             timings["pct_of_cublas"] = timings["cublas_ms"] / timings["kernel_ms"]
             timings["method"] = (
                 f"CUDA events around single launches, {opts.warmup} warm-up rounds, median of {opts.iters} rounds, "
-                f"cuBLAS/plain/profiled interleaved each round, {len(h.inputs)} rotating random-normal input sets"
+                f"cuBLAS/plain/profiled interleaved each round in a rotating order, each launch on the next of "
+                f"{len(h.inputs)} random-normal input sets"
             )
         meta = {
             "kernel": opts.kernel,

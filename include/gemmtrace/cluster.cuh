@@ -10,6 +10,20 @@ __device__ __forceinline__ uint32_t cluster_ctarank() {
   return r;
 }
 
+// This cluster's index in the grid and the number of clusters (1-D grids). Volatile reads: a kernel
+// that splits its registers (setmaxnreg) can re-read them after the split instead of carrying them
+// across it, which ptxas would otherwise spill.
+__device__ __forceinline__ uint32_t cluster_index() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t cluster_count() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
+  return r;
+}
+
 // Every thread of every CTA in the cluster arrives and waits: orders barrier initialisation before
 // peers use it, and keeps a CTA's shared memory alive until its peers are done with it.
 __device__ __forceinline__ void cluster_sync() {

@@ -44,25 +44,55 @@ __device__ __forceinline__ void store_fragment_global(const float (&acc)[BN / 2]
 // bytes per row, a quarter of the instructions of 4-byte stores. The wgmma accumulator fragment of
 // an 8-column group is exactly one 8x8 matrix for rows 0-7 (registers 4j, 4j+1) and one for rows
 // 8-15 (4j+2, 4j+3), so x4 takes two groups; lane l gives the address of row l % 8 of matrix l / 8.
-template <int BN>
-__device__ __forceinline__ void stmatrix_panel_sw128(const float (&acc)[BN / 2], int p, uint32_t panel) {
+// One stmatrix.x4 of panel `panel`: lane l addresses row l % 8 of matrix l / 8, whose 16-byte chunk
+// is `2 * pair + matrix / 2`, moved by the swizzle.
+__device__ __forceinline__ void stmatrix_x4_sw128(uint32_t panel, int pair, const uint32_t (&r)[4]) {
   const int lane = threadIdx.x % 32, warp_in_wg = (threadIdx.x / 32) % 4;
   const int matrix = lane / 8, row = warp_in_wg * 16 + (matrix % 2) * 8 + lane % 8;
+  const int chunk = 2 * pair + matrix / 2;
+  const uint32_t addr = panel + row * 128 + ((chunk ^ (row % 8)) * 16);
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+template <int BN>
+__device__ __forceinline__ void stmatrix_panel_sw128(const float (&acc)[BN / 2], int p, uint32_t panel) {
 #pragma unroll
   for (int pair = 0; pair < 4; ++pair) {  // column groups 2*pair and 2*pair + 1 of the panel
-    const int chunk = 2 * pair + matrix / 2;
-    const uint32_t addr = panel + row * 128 + ((chunk ^ (row % 8)) * 16);
     const int j0 = p * 8 + 2 * pair;
     uint32_t r[4];
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
       const int j = j0 + m / 2, h = m % 2;
-      const __nv_bfloat162 v = __floats2bfloat162_rn(acc[j * 4 + h * 2], acc[j * 4 + h * 2 + 1]);
-      r[m] = *reinterpret_cast<const uint32_t*>(&v);
+      r[m] = pack_bf16x2(acc[j * 4 + h * 2], acc[j * 4 + h * 2 + 1]);
     }
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r[0]), "r"(r[1]),
-                 "r"(r[2]), "r"(r[3])
-                 : "memory");
+    stmatrix_x4_sw128(panel, pair, r);
+  }
+}
+
+// The same fragment converted to bf16 pairs first (register k holds accumulators 2k and 2k+1), so
+// that the accumulators are free for the next tile's wgmma while the panels are still being stored.
+template <int BN>
+__device__ __forceinline__ void pack_fragment_bf16(const float (&acc)[BN / 2], uint32_t (&packed)[BN / 4]) {
+#pragma unroll
+  for (int k = 0; k < BN / 4; ++k) packed[k] = pack_bf16x2(acc[2 * k], acc[2 * k + 1]);
+}
+
+template <int BN>
+__device__ __forceinline__ void stmatrix_panel_sw128(const uint32_t (&packed)[BN / 4], int p, uint32_t panel) {
+#pragma unroll
+  for (int pair = 0; pair < 4; ++pair) {
+    const int j0 = p * 8 + 2 * pair;
+    uint32_t r[4];
+#pragma unroll
+    for (int m = 0; m < 4; ++m) r[m] = packed[(j0 + m / 2) * 2 + m % 2];
+    stmatrix_x4_sw128(panel, pair, r);
   }
 }
 

@@ -1,25 +1,29 @@
 // gemmtrace intra-kernel profiler: spans per warp role, recorded into a device buffer.
 //
-//   gemmtrace::Recorder<kProfile> rec;
-//   rec.init(prof, /*slot=*/0, gemmtrace::Role::CONSUMER);   // once per recording warp
+//   gemmtrace::Recorder<kProfile> rec;                     // or Recorder<kProfile, kRing>: staged
+//   rec.init(prof, /*slot=*/0, gemmtrace::Role::CONSUMER);   // once per recording warp (staged: + smem)
 //   uint32_t t = rec.now();
 //   ... work ...
 //   rec.record(gemmtrace::Tag::MMA, t, tile, kblock);      // one 16-byte store by lane 0
+//   rec.poll();                                            // staged: copy full halves of the ring out
 //   rec.finish();                                          // writes the region header
 //
 // Design (see docs/profiler.md and gemmtrace/trace.py, which decodes the same layout):
 // - Each recording warp owns one region of the buffer: a 64-byte header and `capacity` 16-byte
 //   records. The next free slot is a register counter, so the hot path has no atomics.
-// - The recorder holds five registers (region, count, capacity, the low word of the base cycle
-//   count, lane 0 or not): init() writes the header's fixed fields at once instead of keeping
-//   them, which matters in a consumer warpgroup with 128 accumulators and 40 registers to spare.
+// - Two ways to get records there, one layout. The direct recorder stores each record to global
+//   memory (one predicated st.global.v4 by lane 0) and holds five registers (region, count,
+//   capacity, zero outside lane 0, and the low word of the base cycle count). The staged recorder
+//   stores each record to a ring in shared memory (st.shared.v4) and copies full halves of it out
+//   with cp.async.bulk at the kernel's poll() points; it holds three registers. v1-v4 use the
+//   direct one; v5-v8, whose hot loops felt the global stores, the staged one.
 // - Times on the hot path are SM cycles (%clock64), as offsets from the warp's cycle count at
 //   init. init() and finish() also read %globaltimer (ns, the same clock on every SM), and the
 //   header keeps both pairs, so the host maps each warp's cycles onto global nanoseconds by linear
 //   interpolation: spans get the cycle counter's resolution (0.5 ns at 1.98 GHz) instead of
 //   %globaltimer's 32 ns steps, and still line up across SMs.
-// - A record is {start, end, tile, tag | kblock << 8}: four 32-bit words, written by lane 0 with
-//   one predicated st.global.v4. 32-bit cycle offsets cover 2.1 s at 1.98 GHz.
+// - A record is {start, end, tile, tag | kblock << 8}: four 32-bit words. 32-bit cycle offsets
+//   cover 2.1 s at 1.98 GHz.
 // - A full region keeps counting: the header's count minus capacity is the number dropped, which
 //   the host reports. Nothing is lost silently.
 // - Recorder<false> has no state and empty inline methods: a kernel built with the profiler off
@@ -76,45 +80,50 @@ __device__ __forceinline__ uint32_t smid() {
   return id;
 }
 
-template <bool kEnabled>
+// kRing = 0: the direct recorder (each record one global store). kRing > 0: the staged recorder
+// (records gathered in a ring of kRing records in shared memory, kSmemBytes per recording warp, and
+// written out by bulk copies). Both write the same buffer layout.
+template <bool kEnabled, int kRing = 0>
 struct Recorder;
 
 // Profiler off: nothing to hold, nothing to do.
-template <>
-struct Recorder<false> {
-  __device__ __forceinline__ void init(const ProfileBuffer&, uint32_t, Role) {}
+template <int kRing>
+struct Recorder<false, kRing> {
+  static constexpr uint32_t kSmemBytes = 0;
+  __device__ __forceinline__ void init(const ProfileBuffer&, uint32_t, Role, uint32_t = 0) {}
   __device__ __forceinline__ uint32_t now() const { return 0; }
   __device__ __forceinline__ uint32_t record(Tag, uint32_t, uint32_t = kNoTile, uint32_t = kNoKBlock) { return 0; }
   __device__ __forceinline__ void record_span(Tag, uint32_t, uint32_t, uint32_t = kNoTile, uint32_t = kNoKBlock) {}
+  __device__ __forceinline__ void poll() const {}
   __device__ __forceinline__ void finish() {}
 };
 
 template <>
-struct Recorder<true> {
+struct Recorder<true, 0> {
+  static constexpr uint32_t kSmemBytes = 0;
   uint32_t* region_ = nullptr;
   uint32_t base_clk_ = 0;  // low word of %clock64 at init: span times are cycles since then
   uint32_t count_ = 0;
-  uint32_t capacity_ = 0;
-  bool leader_ = false;
+  uint32_t capacity_ = 0;  // records this lane may store: the region's capacity in lane 0, 0 elsewhere
 
   // header: [0-1 base ns (%globaltimer), 2 magic, 3 smid, 4 cta, 5 warp | role << 16, 6 count,
   //          7 capacity, 8-9 base cycles (%clock64), 10-11 end cycles, 12-13 end ns, 14-15 zero]
-  __device__ __forceinline__ void init(const ProfileBuffer& buf, uint32_t slot, Role role) {
+  __device__ __forceinline__ void init(const ProfileBuffer& buf, uint32_t slot, Role role, uint32_t = 0) {
     const uint32_t cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     const uint64_t region = uint64_t(cta) * buf.regions_per_cta + slot;
     region_ = buf.data + region * (kHeaderWords + uint64_t(buf.capacity) * kRecordWords);
-    capacity_ = buf.capacity;
+    const bool leader = (threadIdx.x % 32) == 0;
+    capacity_ = leader ? buf.capacity : 0u;
     count_ = 0;
-    leader_ = (threadIdx.x % 32) == 0;
     const uint64_t ns = globaltimer_ns(), clk = clock_cycles();
     base_clk_ = uint32_t(clk);
-    if (leader_) {  // the magic word stays 0 until finish(): an unfinished region is never decoded
+    if (leader) {  // the magic word stays 0 until finish(): an unfinished region is never decoded
       uint32_t* h = region_;
       asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(h), "r"(uint32_t(ns)), "r"(uint32_t(ns >> 32)),
                    "r"(0u), "r"(smid())
                    : "memory");
       asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(h + 4), "r"(cta),
-                   "r"((threadIdx.x / 32) | (uint32_t(role) << 16)), "r"(0u), "r"(capacity_)
+                   "r"((threadIdx.x / 32) | (uint32_t(role) << 16)), "r"(0u), "r"(buf.capacity)
                    : "memory");
       asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(h + 8), "r"(uint32_t(clk)), "r"(uint32_t(clk >> 32)),
                    "r"(0u), "r"(0u)
@@ -142,27 +151,158 @@ struct Recorder<true> {
   __device__ __forceinline__ void record_span(Tag tag, uint32_t start, uint32_t end, uint32_t tile = kNoTile,
                                               uint32_t kblock = kNoKBlock) {
     if (region_ == nullptr) return;
-    // One predicated 16-byte store by lane 0: no branch (the warp never diverges), no "memory"
-    // clobber (nothing in the kernel reads the buffer, so the compiler may keep scheduling freely),
-    // and .cs (streaming, evict-first) so the trace does not push the kernel's operands out of L2.
-    uint32_t* rec = region_ + kHeaderWords + min(count_, capacity_ - 1) * kRecordWords;
+    // One predicated 16-byte store by lane 0 (the only lane with a capacity): no branch (the warp
+    // never diverges), no "memory" clobber (nothing in the kernel reads the buffer, so the compiler
+    // may keep scheduling freely), and .cs (streaming, evict-first) so the trace does not push the
+    // kernel's operands out of L2. Other lanes compute an address they never store to.
+    uint32_t* rec = region_ + kHeaderWords + count_ * kRecordWords;
     const uint32_t word3 = uint32_t(tag) | (kblock << 8);
     asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};\n}" ::"l"(rec),
-        "r"(start), "r"(end), "r"(tile), "r"(word3), "r"(uint32_t(leader_ && count_ < capacity_)));
+        "{\n .reg .pred p;\n setp.lt.u32 p, %5, %6;\n @p st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};\n}" ::"l"(rec),
+        "r"(start), "r"(end), "r"(tile), "r"(word3), "r"(count_), "r"(capacity_));
     ++count_;
   }
+
+  __device__ __forceinline__ void poll() const {}  // every record is already in the buffer
 
   // The end pair and the count, then the magic word last: a region without it is one whose warp
   // never finished.
   __device__ __forceinline__ void finish() {
-    if (region_ == nullptr || !leader_) return;
+    if (region_ == nullptr || threadIdx.x % 32 != 0) return;
     const uint64_t clk = clock_cycles(), ns = globaltimer_ns();
     uint32_t* h = region_;
     asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(h + 10), "r"(uint32_t(clk)), "r"(uint32_t(clk >> 32)) : "memory");
     asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(h + 12), "r"(uint32_t(ns)), "r"(uint32_t(ns >> 32)) : "memory");
     asm volatile("st.global.u32 [%0], %1;" ::"l"(h + 6), "r"(count_) : "memory");
     asm volatile("st.global.u32 [%0], %1;" ::"l"(h + 2), "r"(kMagic) : "memory");
+  }
+};
+
+
+// The staged recorder, for kernels whose hot loops feel a global store (v5-v8: on the H100 one
+// 16-byte st.global per k-block cost the persistent kernel 1.5%, a st.shared of the same record
+// nothing measurable; bench/NOTES.md). Lane 0 keeps the region's header and a ring of kRing records
+// in shared memory (kSmemBytes from `smem`, 16-byte aligned). record_span() only stores to the ring;
+// poll(), which the kernel calls where it has registers to spare, copies each full half of the ring
+// to the region with one cp.async.bulk; finish() copies the rest, then the header, after every
+// record has landed. Contract: poll at least once every kRing / 2 records (a debug build traps
+// otherwise). Hot-path state is three registers (ring address, count, base cycles): the region's
+// address, its capacity and the count flushed so far wait in the shared header.
+template <int kRing>
+struct Recorder<true, kRing> {
+  static_assert(kRing >= 2 && kRing % 2 == 0, "the ring is flushed in halves");
+  static constexpr uint32_t kHalf = kRing / 2;
+  static constexpr uint32_t kSmemBytes = (kHeaderWords + kRing * kRecordWords) * 4;
+  // Shared header: the global header's layout, except word 6 (records flushed so far, the count
+  // only at finish) and words 14-15 (the region's address, cleared at finish).
+  static constexpr uint32_t kFlushedAt = 24, kCapacityAt = 28, kRegionAt = 56;
+  uint32_t smem_ = 0;  // this warp's header, then its ring (0: a warp that does not record)
+  uint32_t base_clk_ = 0;
+  uint32_t count_ = 0;
+
+  static __device__ __forceinline__ bool leader() { return (threadIdx.x % 32) == 0; }
+  static __device__ __forceinline__ void sts4(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
+  }
+  static __device__ __forceinline__ uint32_t lds(uint32_t a) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
+    return v;
+  }
+  __device__ __forceinline__ uint64_t region() const {
+    uint32_t lo, hi;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "r"(smem_ + kRegionAt) : "memory");
+    return (uint64_t(hi) << 32) | lo;
+  }
+
+  __device__ __forceinline__ void init(const ProfileBuffer& buf, uint32_t slot, Role role, uint32_t smem) {
+    const uint32_t cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const uint64_t region = uint64_t(cta) * buf.regions_per_cta + slot;
+    const uint64_t addr = reinterpret_cast<uint64_t>(buf.data + region * (kHeaderWords + uint64_t(buf.capacity) * kRecordWords));
+    smem_ = smem;
+    count_ = 0;
+    const uint64_t ns = globaltimer_ns(), clk = clock_cycles();
+    base_clk_ = uint32_t(clk);
+    if (leader()) {
+      sts4(smem, uint32_t(ns), uint32_t(ns >> 32), 0u, smid());
+      sts4(smem + 16, cta, (threadIdx.x / 32) | (uint32_t(role) << 16), 0u, buf.capacity);
+      sts4(smem + 32, uint32_t(clk), uint32_t(clk >> 32), 0u, 0u);
+      sts4(smem + 48, 0u, 0u, uint32_t(addr), uint32_t(addr >> 32));
+    }
+  }
+
+  __device__ __forceinline__ uint32_t now() const { return smem_ == 0 ? 0u : uint32_t(clock_cycles()) - base_clk_; }
+
+  __device__ __forceinline__ uint32_t record(Tag tag, uint32_t start, uint32_t tile = kNoTile,
+                                             uint32_t kblock = kNoKBlock) {
+    if (smem_ == 0) return 0;
+    const uint32_t end = now();
+    record_span(tag, start, end, tile, kblock);
+    return end;
+  }
+
+  // One predicated 16-byte shared store by lane 0. Entering a half of the ring, first let the copy
+  // that last read it finish reading (it was issued at least half a ring ago: no wait in practice;
+  // the copy of the other half cannot have been issued yet, as that half only filled just now).
+  __device__ __forceinline__ void record_span(Tag tag, uint32_t start, uint32_t end, uint32_t tile = kNoTile,
+                                              uint32_t kblock = kNoKBlock) {
+    if (smem_ == 0) return;
+    if (count_ % kHalf == 0 && leader()) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    const uint32_t a = smem_ + kHeaderWords * 4 + (count_ % kRing) * kRecordWords * 4;
+    asm volatile(
+        "{\n .reg .pred p;\n setp.eq.u32 p, %5, 0;\n @p st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n}" ::"r"(a),
+        "r"(start), "r"(end), "r"(tile), "r"(uint32_t(tag) | (kblock << 8)), "r"(threadIdx.x % 32));
+    ++count_;
+  }
+
+  // Copy every full half of the ring not yet copied to the region.
+  __device__ __forceinline__ void poll() const {
+    if (smem_ == 0 || !leader()) return;
+    uint32_t flushed = lds(smem_ + kFlushedAt);
+#ifdef GEMMTRACE_DEBUG
+    if (count_ - flushed > kRing) __trap();  // records were overwritten before being copied: poll more often
+#endif
+    while (count_ - flushed >= kHalf) {
+      copy(flushed, kHalf);
+      flushed += kHalf;
+    }
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(smem_ + kFlushedAt), "r"(flushed) : "memory");
+  }
+
+  // Lane 0: records [first, first + n), within one half of the ring, to the region; those past its
+  // capacity are not copied (the header's count still includes them: the host reports the drop).
+  __device__ __forceinline__ void copy(uint32_t first, uint32_t n) const {
+    const uint32_t capacity = lds(smem_ + kCapacityAt);
+    if (first >= capacity) return;
+    const uint32_t bytes = min(n, capacity - first) * kRecordWords * 4;
+    const uint64_t dst = region() + (kHeaderWords + uint64_t(first) * kRecordWords) * 4;
+    const uint32_t src = smem_ + kHeaderWords * 4 + (first % kRing) * kRecordWords * 4;
+    // The ring was written through the generic proxy; the bulk copy reads it through the async one.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+  }
+
+  // The full halves, the partial one, then the header (end times, count, magic) once every record
+  // has landed: a region whose header never arrives is one whose warp never finished.
+  __device__ __forceinline__ void finish() {
+    poll();
+    if (smem_ == 0 || !leader()) return;
+    const uint32_t flushed = lds(smem_ + kFlushedAt);
+    if (count_ != flushed) copy(flushed, count_ - flushed);
+    const uint64_t clk = clock_cycles(), ns = globaltimer_ns();
+    const uint64_t dst = region();
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(smem_ + 8), "r"(kMagic) : "memory");
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(smem_ + kFlushedAt), "r"(count_) : "memory");
+    asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(smem_ + 40), "r"(uint32_t(clk)), "r"(uint32_t(clk >> 32)) : "memory");
+    asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(smem_ + 48), "r"(uint32_t(ns)), "r"(uint32_t(ns >> 32)) : "memory");
+    asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(smem_ + kRegionAt), "r"(0u), "r"(0u) : "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // every record written before the header
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(smem_),
+                 "r"(kHeaderWords * 4) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
   }
 };
 

@@ -43,9 +43,16 @@ constexpr int kThreads = 128 * (1 + kConsumers);
 constexpr int kTileBytesA = BM * BK * 2, kTileBytesB = BN * BK * 2;
 constexpr int kHalfBytesB = kTileBytesB / kCluster;
 constexpr int kStageBytes = kTileBytesA + kTileBytesB;
-constexpr int kPanelBytes = 64 * 128;
+constexpr int kPanelBytes = 64 * 128;  // one 64x64 bf16 panel of C
+constexpr int kPanels = BN / 64;
 constexpr int kEpilogueBytes = kConsumers * 2 * kPanelBytes;
 constexpr int kPipelineBytes = 1024 + kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8;
+constexpr int kRecordRing = 32;  // records each recording warp stages in shared memory (profiler.cuh)
+constexpr int kRecorders = 1 + kConsumers;
+constexpr int kRecorderBytes = kRecorders * Recorder<true, kRecordRing>::kSmemBytes;
+// Shared memory: the pipeline, the tile scheduler's own (16-byte aligned), the profiler's rings.
+template <class TileScheduler>
+constexpr int smem_bytes() { return kPipelineBytes + (TileScheduler::kSmemBytes + 15) / 16 * 16 + kRecorderBytes; }
 enum BarrierId : uint32_t { kFullBarrier = 0, kEmptyBarrier = 1, kClaimedBarrier = 2, kReadBarrier = 3 };
 
 // The static schedule of v6 and v7: cluster c of G visits entries c, c + G, c + 2G, ... of a tile
@@ -87,7 +94,7 @@ template <bool kProfile, class TileScheduler>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_persistent(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                     const __grid_constant__ CUtensorMap tmap_c, const typename TileScheduler::Params sched_params,
-                    int grid_m_pairs, int grid_n, int K, ProfileBuffer prof) {
+                    int grid_m_pairs, int grid_n, int num_kb, ProfileBuffer prof) {
   extern __shared__ uint8_t smem_raw[];
   const uint32_t stage0 = (smem_addr(smem_raw) + 1023) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t epi0 = stage0 + kStages * kStageBytes;
@@ -98,15 +105,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto empty = [&](int s) { return empty0 + s * 8; };
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
   const uint32_t rank = cluster_ctarank(), peer = rank ^ 1;
-  const int cluster = blockIdx.x / kCluster, clusters = gridDim.x / kCluster;
-  const int num_kb = (K + BK - 1) / BK;
-  TileScheduler sched(sched_params, grid_m_pairs * grid_n, grid_n, cluster, clusters, sched_smem);
+  // Each role builds its own scheduler after the register split (setmaxnreg): state carried across
+  // it has to fit the producer's 40 registers, and ptxas spills it otherwise.
+  auto make_scheduler = [&] {
+    return TileScheduler(sched_params, grid_m_pairs * grid_n, grid_n, int(cluster_index()), int(cluster_count()), sched_smem);
+  };
   int m_block, n_block;
 
-  Recorder<kProfile> rec;
+  Recorder<kProfile, kRecordRing> rec;
+  const uint32_t rec_smem = sched_smem + (TileScheduler::kSmemBytes + 15) / 16 * 16;
   // Recording warps: the producer (warp 0) and warps 5 and 10, one per SM sub-partition (warp % 4),
   // so no scheduler issues for all three.
-  if (warp % 4 == wg) rec.init(prof, wg, wg == 0 ? Role::PRODUCER : Role::CONSUMER);
+  if (warp % 4 == wg)
+    rec.init(prof, wg, wg == 0 ? Role::PRODUCER : Role::CONSUMER, rec_smem + wg * Recorder<true, kRecordRing>::kSmemBytes);
   uint32_t t = rec.now();
   if (tid == 0) {
     tma_prefetch_descriptor(&tmap_a);
@@ -116,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbarrier_init(full(s), 1);
       mbarrier_init(empty(s), kCluster * kConsumers * 4);  // every consumer warp of both CTAs
     }
-    sched.init_barriers();
+    make_scheduler().init_barriers();
     mbarrier_init_fence();
   }
   cluster_sync();  // the peer's barriers are initialised before anyone multicasts or arrives on them
@@ -124,6 +135,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (wg == 0) {  // ---------------- producer ----------------
     setmaxnreg_dec<40>();
+    TileScheduler sched = make_scheduler();
     // One elected lane runs the whole load loop: waiting, issuing and recording with no warp-wide
     // reconvergence per k-block (recording from the full warp here cost v4 14.5% at 4096^3).
     if (warp == 0 && lane == 0) {
@@ -155,22 +167,47 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           if (!was_free) rec.record_span(Tag::WAIT_EMPTY, wait_from, wait_to, tile, kb);
           t = rec.record(Tag::TMA_ISSUE, wait_to, tile, kb);  // from the stage being free to the loads issued
+          rec.poll();
         }
       }
     }
   } else {  // ---------------- consumers ----------------
     setmaxnreg_inc<232>();
+    TileScheduler sched = make_scheduler();
     const int cw = wg - 1;  // this consumer's 64-row slice of the tile
     const bool issuer = (tid % 128) == 0;
-    uint8_t* buf = smem_raw + (epi0 - smem_addr(smem_raw)) + cw * 2 * kPanelBytes;
+    const uint32_t buf = epi0 + cw * 2 * kPanelBytes;
     float acc[BN / 2];
+    // The previous tile's C as bf16 pairs. Its epilogue is deferred: packing frees the accumulators
+    // at once, and the panels are written to shared memory and stored one per k-block under the
+    // next tile's first wgmma groups, so the tensor cores wait for the packing only, not the stores.
+    uint32_t packed[BN / 4];
+    int prev_m = -1, prev_n = 0;  // the tile in `packed`, if any
+    uint32_t epi_start = 0;
+    // Panel p (64 columns) of the previous tile: through one of this warpgroup's two panel buffers.
+    auto store_panel = [&](int p) {
+      const uint32_t panel = buf + (p % 2) * kPanelBytes;
+      if (issuer) tma_store_wait_read<1>();  // the store that last read this buffer is done reading
+      named_barrier_sync(1 + cw, 128);
+      stmatrix_panel_sw128<BN>(packed, p, panel);
+      fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
+      named_barrier_sync(1 + cw, 128);
+      if (issuer) {
+        tma_store_2d(&tmap_c, panel, prev_n * BN + p * 64, prev_m * BM + cw * 64);
+        tma_store_commit();
+      }
+      if (p == kPanels - 1) rec.record(Tag::EPILOGUE, epi_start, uint32_t(prev_m) * grid_n + prev_n);
+    };
     int it = 0;
-    // One clock read and one store per k-block in steady state (v4 explains how).
     auto wg_sync = [cw] { named_barrier_sync(1 + cw, 128); };
     while (sched.next_tile(false, issuer, rank, wg_sync, m_block, n_block)) {
       const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
-      uint32_t mma_start = 0, pending_start = 0, pending_end = 0;  // MMA span of k-block kb - 1, not yet stored
-      for (int kb = 0; kb < num_kb; ++kb, ++it) {
+      // One clock read and one store per k-block in steady state: an MMA span runs from the
+      // retirement of the k-block before (or the tile's first issue) to its own retirement.
+      uint32_t mma_start = 0;
+      // One k-block: wait for its stage, issue its wgmma group, run `under_mma` while it computes,
+      // then retire k-block kb - 1 and release that stage.
+      auto kblock = [&](int kb, auto&& under_mma) {
         const int s = it % kStages;
         const uint32_t parity = (it / kStages) & 1;
         if (!mbarrier_try_wait(full(s), parity)) {  // the tensor cores may starve here: record it
@@ -185,19 +222,29 @@ __global__ void __launch_bounds__(kThreads, 1)
           wgmma_bf16<BN>(acc, make_desc_sw128(smem_a(s) + cw * 64 * 128 + k16 * 32),
                          make_desc_sw128(smem_b(s) + k16 * 32), (kb > 0 || k16 > 0) ? 1 : 0);
         wgmma_commit();
-        if (kb >= 2) rec.record_span(Tag::MMA, pending_start, pending_end, tile, kb - 2);
+        under_mma();
         wgmma_wait<1>();  // k-block it - 1 has retired; it stays queued
         if (kb > 0) {
-          pending_start = mma_start;
-          pending_end = mma_start = rec.now();
+          const uint32_t retired = rec.now();
           // Release stage it - 1 to both producers (the cluster barrier at exit keeps the peer alive).
           if (lane == 0) {
             const uint32_t ps = (it - 1) % kStages;
             mbarrier_arrive(empty(ps));
             mbarrier_arrive_cluster(empty(ps), peer);
           }
+          rec.record_span(Tag::MMA, mma_start, retired, tile, kb - 1);  // after the release: off its path
+          mma_start = retired;
         }
-      }
+        ++it;
+      };
+#pragma unroll
+      for (int p = 0; p < kPanels; ++p)
+        if (p < num_kb) kblock(p, [&] { if (prev_m >= 0) store_panel(p); });
+      // The profiler copies its records out here, not while `packed` holds the previous tile.
+      for (int kb = kPanels; kb < num_kb; ++kb) kblock(kb, [&] { rec.poll(); });
+#pragma unroll
+      for (int p = 0; p < kPanels; ++p)  // fewer k-blocks than panels: the rest of the previous epilogue
+        if (p >= num_kb && prev_m >= 0) store_panel(p);
       wgmma_wait<0>();
       fence_registers(acc);
       t = rec.now();  // the last k-block retired; the epilogue starts here
@@ -206,24 +253,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbarrier_arrive(empty(ps));
         mbarrier_arrive_cluster(empty(ps), peer);
       }
-      if (num_kb >= 2) rec.record_span(Tag::MMA, pending_start, pending_end, tile, num_kb - 2);
       rec.record_span(Tag::MMA, mma_start, t, tile, num_kb - 1);
-
-      // Epilogue: the producer is already loading the next tile; these stores drain under it.
+      rec.poll();
+      pack_fragment_bf16<BN>(acc, packed);
+      prev_m = m_block, prev_n = n_block, epi_start = t;
+    }
+    if (prev_m >= 0) {  // the last tile's epilogue has no mainloop to hide under
 #pragma unroll
-      for (int p = 0; p < BN / 64; ++p) {
-        uint8_t* panel = buf + (p % 2) * kPanelBytes;
-        if (issuer) tma_store_wait_read<1>();  // the store that last read this buffer is done reading
-        named_barrier_sync(1 + cw, 128);
-        stmatrix_panel_sw128<BN>(acc, p, smem_addr(panel));
-        fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
-        named_barrier_sync(1 + cw, 128);
-        if (issuer) {
-          tma_store_2d(&tmap_c, smem_addr(panel), n_block * BN + p * 64, m_block * BM + cw * 64);
-          tma_store_commit();
-        }
-      }
-      rec.record(Tag::EPILOGUE, t, tile);
+      for (int p = 0; p < kPanels; ++p) store_panel(p);
     }
     if (issuer) tma_store_wait_read<0>();  // shared memory must outlive the stores' reads
   }
@@ -231,7 +268,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Every stage is released to both producers, so a peer's last arrives may come after this CTA's
   // own work is done: leave together (once per CTA, not per tile).
   cluster_sync();
-  if (tid == 0) sched.on_exit();
+  if (tid == 0) make_scheduler().on_exit();
 }
 
 // Shapes: any M, N >= 1 with N a multiple of 8 (TMA stores of C) and K a multiple of 8.
@@ -253,7 +290,8 @@ int plan(const GtArgs* args, GtPlan* p, char* err, int errlen) {
   // setup and a final claim; per tile: a claim, two spans per k-block, the epilogue
   p->records_per_region = TileScheduler::max_tiles_per_cluster(units, clusters, args) * (2 * num_kb + 2) + 2;
   p->block_threads = kThreads;
-  p->smem_bytes = kPipelineBytes + TileScheduler::kSmemBytes;
+  static_assert(smem_bytes<TileScheduler>() <= 227 * 1024, "more shared memory than an H100 CTA may have");
+  p->smem_bytes = smem_bytes<TileScheduler>();
   p->tile_m = BM, p->tile_n = BN, p->tile_k = BK;
   p->stages = kStages;
   p->cluster = kCluster;
@@ -290,7 +328,7 @@ int launch(const GtArgs* args, const char* name, char* err, int errlen) {
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   return host::check_cuda(cudaLaunchKernelEx(&cfg, kernel, tmap_a, tmap_b, tmap_c, sched_params, grid_m_pairs, grid_n,
-                                             int(args->k), host::profile_buffer(args, p)),
+                                             host::ceil_div(int(args->k), BK), host::profile_buffer(args, p)),
                           name, err, errlen);
 }
 

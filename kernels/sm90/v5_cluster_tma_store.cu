@@ -38,7 +38,10 @@ constexpr int kHalfBytesB = kTileBytesB / kCluster;  // the part of B one CTA lo
 constexpr int kStageBytes = kTileBytesA + kTileBytesB;
 constexpr int kPanelBytes = 64 * 128;                // one 64x64 bf16 panel of C
 constexpr int kEpilogueBytes = kConsumers * 2 * kPanelBytes;  // a double buffer per consumer
-constexpr int kSmemBytes = 1024 + kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8;
+constexpr int kRecordRing = 32;  // records each recording warp stages in shared memory (profiler.cuh)
+constexpr int kRecorderBytes = (1 + kConsumers) * Recorder<true, kRecordRing>::kSmemBytes;
+constexpr int kSmemBytes = 1024 + kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8 + kRecorderBytes;
+static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an H100 CTA may have");
 enum BarrierId : uint32_t { kFullBarrier = 0, kEmptyBarrier = 1 };
 
 template <bool kProfile>
@@ -60,10 +63,12 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_v5(const __grid_constant__ C
   const uint32_t tile = uint32_t(m_block) * gridDim.x + n_block;
   const int num_kb = (K + BK - 1) / BK;
 
-  Recorder<kProfile> rec;
+  Recorder<kProfile, kRecordRing> rec;
   // Recording warps: the producer (warp 0) and warps 5 and 10, one per SM sub-partition (warp % 4),
   // so no scheduler issues for all three.
-  if (warp % 4 == wg) rec.init(prof, wg, wg == 0 ? Role::PRODUCER : Role::CONSUMER);
+  if (warp % 4 == wg)  // the rings follow the barriers
+    rec.init(prof, wg, wg == 0 ? Role::PRODUCER : Role::CONSUMER,
+             empty0 + kStages * 8 + wg * Recorder<true, kRecordRing>::kSmemBytes);
   uint32_t t = rec.now();
   if (tid == 0) {
     tma_prefetch_descriptor(&tmap_a);
@@ -103,6 +108,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_v5(const __grid_constant__ C
         }
         if (!was_free) rec.record_span(Tag::WAIT_EMPTY, wait_from, wait_to, tile, kb);
         t = rec.record(Tag::TMA_ISSUE, wait_to, tile, kb);  // from the stage being free to the loads issued
+        rec.poll();
       }
     }
   } else {  // ---------------- consumers ----------------
@@ -130,6 +136,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_v5(const __grid_constant__ C
                        (kb > 0 || k16 > 0) ? 1 : 0);
       wgmma_commit();
       if (kb >= 2) rec.record_span(Tag::MMA, pending_start, pending_end, tile, kb - 2);
+      rec.poll();  // the staged recorder copies full halves of its ring out while the tensor cores work
       wgmma_wait<1>();  // k-block kb - 1 has retired; kb stays queued
       if (kb > 0) {
         pending_start = mma_start;
