@@ -4,9 +4,9 @@ in one process, alternating A B B A so that drift in clocks and power falls on b
     python3 bench/ab_patch.py bench/pending/consumer-skew.patch --kernel v7:snake --kernel v8:hilbert \
         --sched static,dynamic --shape 4096 --shape 8192 -o "$OUT/ab-skew.json"
 
-Only the patch's hunks under kernels/ are applied, to a copy of kernels/sm90 in
-kernels/sm90/_ab_<patch>/ (ignored by git); the copy is registered as kernel "<name>+" beside each
-kernel named, so both build, check against torch and time with the ordinary harness
+Only the patch's hunks under kernels/ are applied, to a copy of kernels/sm90 in a temporary folder;
+the copy is registered as kernel "<name>+" beside each kernel named, so both build, check against
+torch and time with the ordinary harness
 (gemmtrace.runner: each run times cuBLAS, the plain and the profiled build round by round).
 Ratios to cuBLAS are compared, never raw times from different calls.
 """
@@ -19,6 +19,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,24 +37,30 @@ def kernel_hunks(patch_text: str) -> str:
     return "".join("diff --git " + b + "\n" for b in blocks if b.startswith("a/kernels/"))
 
 
-def patched_copy(patch: Path) -> str:
-    """Copy kernels/sm90 to kernels/sm90/_ab_<stem>/ and apply the patch's kernel hunks there."""
-    name = "_ab_" + "".join(c if c.isalnum() else "_" for c in patch.stem)
-    dest = KERNELS_DIR / "sm90" / name
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
+def patched_copy(patch: Path, dest: Path) -> Path:
+    """Copy kernels/sm90's files into `dest` and apply the patch's kernel hunks there. Raises
+    ValueError, with patch's own words, when the patch does not apply."""
+    dest.mkdir(parents=True, exist_ok=True)
     for f in (KERNELS_DIR / "sm90").iterdir():
         if f.is_file():
             shutil.copy2(f, dest / f.name)
     hunks = kernel_hunks(patch.read_text())
     if not hunks:
-        sys.exit(f"{patch} changes nothing under kernels/.")
+        raise ValueError(f"{patch} changes nothing under kernels/.")
     # Paths in the patch are a/kernels/sm90/<file>: strip three components inside the copy.
     out = subprocess.run(["patch", "-p3", "--batch", "--forward", "-d", str(dest)], input=hunks, text=True,
                          capture_output=True)
     if out.returncode != 0:
-        sys.exit(f"{patch} does not apply to the committed kernels:\n{out.stdout}{out.stderr}")
-    return f"sm90/{name}"
+        raise ValueError(f"{patch} does not apply to the committed kernels:\n{out.stdout}{out.stderr}")
+    return dest
+
+
+def register_patched(base: str, folder: Path) -> str:
+    """Register the patched copy of kernel `base` as "<base>+" (the registry takes an absolute source)."""
+    spec = registry.get(base)
+    variant = f"{base}+"
+    registry.KERNELS[variant] = dataclasses.replace(spec, name=variant, source=str(folder / Path(spec.source).name))
+    return variant
 
 
 def main() -> None:
@@ -67,7 +74,10 @@ def main() -> None:
     ap.add_argument("-o", "--output", type=Path, required=True)
     args = ap.parse_args()
 
-    folder = patched_copy(args.patch)
+    try:
+        folder = patched_copy(args.patch, Path(tempfile.mkdtemp(prefix="gemmtrace-ab-")))
+    except ValueError as e:
+        sys.exit(str(e))
     rows = []
     for shape_text in args.shape:
         shape = parse_shape(shape_text)
@@ -75,9 +85,7 @@ def main() -> None:
             base, _, order = item.partition(":")
             spec = registry.get(base)
             order = order or spec.orders[0]
-            variant = f"{base}+"
-            registry.KERNELS[variant] = dataclasses.replace(spec, name=variant,
-                                                            source=f"{folder}/{Path(spec.source).name}")
+            variant = register_patched(base, folder)
             scheds = tuple(s for s in args.sched.split(",") if s in spec.schedulers) or spec.schedulers[:1]
             samples: dict[tuple[str, str], list] = {}
             for rep in range(args.repeats):
