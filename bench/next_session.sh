@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# The GPU work that issues 3 and 4 still need, in two calls of under 10 minutes each (through
+# The GPU work that issues 3 and 4 still need, in three calls of under 10 minutes each (through
 # bench/device.sh; carry .gtcache, built here with `GEMMTRACE_CACHE=.gtcache gemmtrace build --all`,
 # and .whl). Results land in $OUT; copy the JSON into bench/results/ and the numbers into NOTES.
-#   bash bench/device.sh bash bench/next_session.sh closing   # the committed kernels
-#   bash bench/device.sh bash bench/next_session.sh pending   # bench/pending/*.patch
+#   bash bench/device.sh bash bench/next_session.sh tests     # the committed kernels, correct
+#   bash bench/device.sh bash bench/next_session.sh bench     # ... and timed
+#   bash bench/device.sh bash bench/next_session.sh pending   # bench/pending/*.patch, tested and timed
 set -o pipefail
 [ -d .gtcache ] && mkdir -p "$GEMMTRACE_CACHE" && cp -r .gtcache/. "$GEMMTRACE_CACHE"/ 2>/dev/null
 gt() { timeout "$1" python3 -m gemmtrace "${@:2}" 2>&1 | grep -vE "^\s*$" | tail -40; }
 case "${1:-}" in
-closing)
+tests)
   # Every kernel correct on the GPU (square, non-square, non-multiple shapes, both builds, every
   # scheduler and order; debug-build hang reports; no drops at 16384^3).
-  timeout 300 python3 -m pytest -q tests/test_gpu_kernels.py 2>&1 | tail -15 | tee "$OUT/gpu_tests.log"
+  timeout 540 python3 -m pytest -q tests/test_gpu_kernels.py 2>&1 | tail -15 | tee "$OUT/gpu_tests.log"
+  ;;
+bench)
   # The series at 4096^3 and 8192^3 with the current method (rotating order and input sets): the
   # profiler-overhead target at 8192^3 for v1-v4 was last measured with a fixed order.
   gt 150 bench --kernels v1,v2,v3,v4,v5,v6 --shape 4096 --shape 8192 --iters 50 -o "$OUT/bench-v1-v6.json"
@@ -31,6 +34,6 @@ pending)
   timeout 120 python3 bench/ab_patch.py bench/pending/scheduler-warp.patch --kernel v8:hilbert --sched static,dynamic \
     --shape 4096 --shape 8192x8192x4096 --shape 6144x6144x2048 -o "$OUT/ab-scheduler-warp.json"
   ;;
-*) echo "usage: bench/next_session.sh closing|pending" >&2; exit 2 ;;
+*) echo "usage: bench/next_session.sh tests|bench|pending" >&2; exit 2 ;;
 esac
 ls -la "$OUT"
