@@ -78,7 +78,19 @@ def main() -> None:
         folder = patched_copy(args.patch, Path(tempfile.mkdtemp(prefix="gemmtrace-ab-")))
     except ValueError as e:
         sys.exit(str(e))
-    rows = []
+    import datetime as dt
+
+    import torch
+
+    record = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": device_meta(torch), "versions": versions_meta(torch),
+        "patch": args.patch.name,
+        "method": f"gemmtrace.runner per call (cuBLAS, plain and profiled timed round by round, median of {args.iters}); "
+                  f"{args.repeats} calls per variant alternating A B / B A; values listed per call",
+        "rows": [],
+    }
+    rows = record["rows"]
     for shape_text in args.shape:
         shape = parse_shape(shape_text)
         for item in args.kernel:
@@ -107,23 +119,11 @@ def main() -> None:
                     "delta_pct_points": 100 * (pb - pa),
                 }
                 rows.append(row)
+                args.output.write_text(json.dumps(record, indent=1) + "\n")  # after every case: a timeout keeps the rest
                 print(f"{base:3s} {order:7s} {sched:7s} {shape[0]}x{shape[1]}x{shape[2]:<6d} base {100 * pa:6.1f}% "
                       f"patched {100 * pb:6.1f}% of cuBLAS ({row['delta_pct_points']:+.1f} points); overhead "
                       f"{100 * statistics.median(r.overhead for r in a):+.2f}% / {100 * statistics.median(r.overhead for r in b):+.2f}%",
                       flush=True)
-    import torch
-
-    import datetime as dt
-
-    record = {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "device": device_meta(torch), "versions": versions_meta(torch),
-        "patch": str(args.patch.relative_to(ROOT) if args.patch.is_absolute() else args.patch),
-        "method": f"gemmtrace.runner per call (cuBLAS, plain and profiled timed round by round, median of {args.iters}); "
-                  f"{args.repeats} calls per variant alternating A B / B A; values listed per call",
-        "rows": rows,
-    }
-    args.output.write_text(json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@ and compile for sm_90a without spills, so the next GPU session can run bench/ab_
 they are (no GPU needed here)."""
 import importlib.util
 import shutil
-from pathlib import Path
 
 import pytest
 
