@@ -44,8 +44,7 @@ __device__ __forceinline__ void store_fragment_global(const float (&acc)[BN / 2]
 // bytes per row, a quarter of the instructions of 4-byte stores. The wgmma accumulator fragment of
 // an 8-column group is exactly one 8x8 matrix for rows 0-7 (registers 4j, 4j+1) and one for rows
 // 8-15 (4j+2, 4j+3), so x4 takes two groups; lane l gives the address of row l % 8 of matrix l / 8.
-// One stmatrix.x4 of panel `panel`: lane l addresses row l % 8 of matrix l / 8, whose 16-byte chunk
-// is `2 * pair + matrix / 2`, moved by the swizzle.
+// One stmatrix.x4 into `panel`: four 8x8 matrices, column groups 2 * pair and 2 * pair + 1.
 __device__ __forceinline__ void stmatrix_x4_sw128(uint32_t panel, int pair, const uint32_t (&r)[4]) {
   const int lane = threadIdx.x % 32, warp_in_wg = (threadIdx.x / 32) % 4;
   const int matrix = lane / 8, row = warp_in_wg * 16 + (matrix % 2) * 8 + lane % 8;
@@ -61,19 +60,24 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-template <int BN>
-__device__ __forceinline__ void stmatrix_panel_sw128(const float (&acc)[BN / 2], int p, uint32_t panel) {
+// Panel p of the fragment, where bf16_pair(k) gives accumulators 2k and 2k+1 as one bf16 pair
+// (register 4j + 2h holds group j's row-half h, so matrix m of an x4 is pair (j0 + m / 2) * 2 + m % 2).
+template <int BN, class Bf16Pair>
+__device__ __forceinline__ void stmatrix_panel_sw128_pairs(Bf16Pair bf16_pair, int p, uint32_t panel) {
 #pragma unroll
   for (int pair = 0; pair < 4; ++pair) {  // column groups 2*pair and 2*pair + 1 of the panel
     const int j0 = p * 8 + 2 * pair;
     uint32_t r[4];
 #pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const int j = j0 + m / 2, h = m % 2;
-      r[m] = pack_bf16x2(acc[j * 4 + h * 2], acc[j * 4 + h * 2 + 1]);
-    }
+    for (int m = 0; m < 4; ++m) r[m] = bf16_pair((j0 + m / 2) * 2 + m % 2);
     stmatrix_x4_sw128(panel, pair, r);
   }
+}
+
+// Straight from the fp32 accumulators (v5).
+template <int BN>
+__device__ __forceinline__ void stmatrix_panel_sw128(const float (&acc)[BN / 2], int p, uint32_t panel) {
+  stmatrix_panel_sw128_pairs<BN>([&](int k) { return pack_bf16x2(acc[2 * k], acc[2 * k + 1]); }, p, panel);
 }
 
 // The same fragment converted to bf16 pairs first (register k holds accumulators 2k and 2k+1), so
@@ -86,14 +90,7 @@ __device__ __forceinline__ void pack_fragment_bf16(const float (&acc)[BN / 2], u
 
 template <int BN>
 __device__ __forceinline__ void stmatrix_panel_sw128(const uint32_t (&packed)[BN / 4], int p, uint32_t panel) {
-#pragma unroll
-  for (int pair = 0; pair < 4; ++pair) {
-    const int j0 = p * 8 + 2 * pair;
-    uint32_t r[4];
-#pragma unroll
-    for (int m = 0; m < 4; ++m) r[m] = packed[(j0 + m / 2) * 2 + m % 2];
-    stmatrix_x4_sw128(panel, pair, r);
-  }
+  stmatrix_panel_sw128_pairs<BN>([&](int k) { return packed[k]; }, p, panel);
 }
 
 }  // namespace gemmtrace
