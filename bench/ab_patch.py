@@ -91,14 +91,15 @@ def main() -> None:
         "rows": [],
     }
     rows = record["rows"]
+    cases = []  # (kernel, its patched variant, tile order, schedulers)
+    for item in args.kernel:
+        base, _, order = item.partition(":")
+        spec = registry.get(base)
+        scheds = tuple(s for s in args.sched.split(",") if s in spec.schedulers) or spec.schedulers[:1]
+        cases.append((base, register_patched(base, folder), order or spec.orders[0], scheds))
     for shape_text in args.shape:
         shape = parse_shape(shape_text)
-        for item in args.kernel:
-            base, _, order = item.partition(":")
-            spec = registry.get(base)
-            order = order or spec.orders[0]
-            variant = register_patched(base, folder)
-            scheds = tuple(s for s in args.sched.split(",") if s in spec.schedulers) or spec.schedulers[:1]
+        for base, variant, order, scheds in cases:
             samples: dict[tuple[str, str], list] = {}
             for rep in range(args.repeats):
                 for k in ((base, variant) if rep % 2 == 0 else (variant, base)):

@@ -7,5 +7,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 GEMMTRACE_CACHE=/tmp/gtcache
+# Kernels built on the CPU box with the same nvcc (carried as .gtcache) are valid here: no rebuild.
+[ -d .gtcache ] && mkdir -p "$GEMMTRACE_CACHE" && cp -r .gtcache/. "$GEMMTRACE_CACHE"/ 2>/dev/null
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,driver_version,temperature.gpu --format=csv
 "$@"

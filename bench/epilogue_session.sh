@@ -3,7 +3,6 @@
 # against cuBLAS at 4096^3 and 8192^3 (median of 50), and one traced v8 run per scheduler.
 #   bash bench/device.sh bash bench/epilogue_session.sh [tests-filter]
 set -o pipefail
-[ -d .gtcache ] && mkdir -p "$GEMMTRACE_CACHE" && cp -r .gtcache/. "$GEMMTRACE_CACHE"/ 2>/dev/null  # kernels built on the CPU box (same nvcc)
 filter=${1:-"v5 or v6 or v7 or v8"}
 timeout 240 python3 -m pytest -q -x tests/test_gpu_kernels.py -k "$filter" 2>&1 | tail -8 | tee "$OUT/gpu_tests.log"
 b() { timeout 120 python3 -m gemmtrace bench --shape 4096 --shape 8192 --iters 50 "$@" 2>&1 | grep -vE "^\s*$" | tail -12; }

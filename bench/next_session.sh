@@ -7,7 +7,6 @@
 #   bash bench/device.sh bash bench/next_session.sh pending-tests   # bench/pending/*.patch, correct?
 #   bash bench/device.sh bash bench/next_session.sh pending-ab      # ... and what they are worth
 set -o pipefail
-[ -d .gtcache ] && mkdir -p "$GEMMTRACE_CACHE" && cp -r .gtcache/. "$GEMMTRACE_CACHE"/ 2>/dev/null
 gt() { timeout "$1" python3 -m gemmtrace "${@:2}" 2>&1 | grep -vE "^\s*$" | tail -40; }
 case "${1:-}" in
 tests)
