@@ -22,7 +22,8 @@ DEFAULT_SHAPES: tuple[tuple[int, int, int], ...] = (
     (4096, 14336, 4096),
     (4096, 4096, 14336),
 )
-RESULTS_DIR = ROOT / "bench" / "results"
+# A checkout saves into its bench/results; an installed gemmtrace into ./bench-results.
+RESULTS_DIR = ROOT / "bench" / "results" if ROOT else Path("bench-results")
 
 
 def cpu_name() -> str:

@@ -1,7 +1,7 @@
 """Compile a kernel into a shared library with nvcc, cached by source hash, flags and architecture.
 
 Each kernel file builds into one .so holding both its profiled and unprofiled instantiations and the
-C entry points gt_plan/gt_launch (see include/gemmtrace/host.cuh). Nothing links -lcuda: driver entry
+C entry points gt_plan/gt_launch (see gemmtrace/include/gemmtrace/host.cuh). Nothing links -lcuda: driver entry
 points come through the runtime, so building needs no GPU and no driver.
 """
 from __future__ import annotations
@@ -86,7 +86,7 @@ def _flags(spec: registry.KernelSpec, arch: str, debug: bool) -> list[str]:
 def _source_hash(spec: registry.KernelSpec, flags: list[str], nvcc_ver: str) -> str:
     h = hashlib.sha256()
     h.update(spec.path.read_bytes())
-    # The shared headers, and the kernel bodies its directory shares (kernels/sm90/*.cuh).
+    # The shared headers, and the kernel bodies its directory shares (gemmtrace/kernels/sm90/*.cuh).
     for header in sorted((INCLUDE_DIR / "gemmtrace").glob("*")) + sorted(spec.path.parent.glob("*.cuh")):
         h.update(header.name.encode())
         h.update(header.read_bytes())

@@ -1,6 +1,6 @@
 """Load a built kernel library with ctypes and call its C entry points (gt_plan, gt_launch).
 
-The argument structs mirror include/gemmtrace/host.cuh; `KernelLibrary` checks their sizes against
+The argument structs mirror gemmtrace/include/gemmtrace/host.cuh; `KernelLibrary` checks their sizes against
 the library's own gt_abi_sizes() on load, so a mismatch is an error, not memory corruption.
 """
 from __future__ import annotations

@@ -1,12 +1,15 @@
-"""Where the CUDA sources live: the repository's include/ and kernels/ folders."""
+"""Where the CUDA sources live: inside the package (gemmtrace/include and gemmtrace/kernels), so a
+wheel, a regular install and an editable install all find them the same way."""
 from __future__ import annotations
 
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-INCLUDE_DIR = ROOT / "include"
-KERNELS_DIR = ROOT / "kernels"
+PACKAGE_DIR = Path(__file__).resolve().parent
+INCLUDE_DIR = PACKAGE_DIR / "include"
+KERNELS_DIR = PACKAGE_DIR / "kernels"
 TAGS_HEADER = INCLUDE_DIR / "gemmtrace" / "tags.h"
+# The checkout the package sits in, where there is one (git metadata, bench/results); None in a wheel.
+ROOT = PACKAGE_DIR.parent if (PACKAGE_DIR.parent / "pyproject.toml").is_file() else None
 
 
 class GemmtraceError(Exception):

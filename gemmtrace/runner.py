@@ -182,6 +182,8 @@ def device_meta(torch) -> dict:
 def versions_meta(torch) -> dict:
     commit = None
     try:
+        if ROOT is None:  # an installed package: no checkout to name
+            raise OSError
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5).stdout.strip() or None
         changed = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
                                  capture_output=True, text=True, timeout=5).stdout.strip()

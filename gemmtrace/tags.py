@@ -1,4 +1,4 @@
-"""Roles and span tags, read from include/gemmtrace/tags.h (the single place they are declared)."""
+"""Roles and span tags, read from gemmtrace/include/gemmtrace/tags.h (the single place they are declared)."""
 from __future__ import annotations
 
 import re

@@ -1,6 +1,6 @@
 """The trace model: the profiler's raw buffer, decoded into a table of spans plus launch metadata.
 
-Buffer layout (written by include/gemmtrace/profiler.cuh; keep the two in step):
+Buffer layout (written by gemmtrace/include/gemmtrace/profiler.cuh; keep the two in step):
   the buffer is `num_regions` regions, one per recording warp, each
     HEADER_WORDS uint32 header, then `capacity` records of RECORD_WORDS uint32.
   header: [base_ns lo, hi, MAGIC, smid, cta, warp | role << 16, count, capacity,

@@ -8,7 +8,7 @@ import pytest
 
 from gemmtrace import registry
 from gemmtrace.build import build
-from gemmtrace.paths import ROOT
+from gemmtrace.paths import KERNELS_DIR, ROOT
 
 PATCHES = sorted((ROOT / "bench" / "pending").glob("*.patch"))
 
@@ -30,7 +30,7 @@ def cache(tmp_path, monkeypatch):
 def test_pending_patch_applies_and_compiles_without_spills(tmp_path, cache, patch):
     ab = _ab_patch()
     folder = ab.patched_copy(patch, tmp_path / "sm90")
-    changed = [f.name for f in folder.iterdir() if f.read_bytes() != (ROOT / "kernels" / "sm90" / f.name).read_bytes()]
+    changed = [f.name for f in folder.iterdir() if f.read_bytes() != (KERNELS_DIR / "sm90" / f.name).read_bytes()]
     assert changed, f"{patch.name} changed no kernel file"
     variant = ab.register_patched("v8", folder)  # v8 includes the shared persistent body
     try:

@@ -1,4 +1,4 @@
-"""Generate include/gemmtrace/wgmma_ops.cuh: wgmma.mma_async wrappers with N/2 accumulator operands.
+"""Generate gemmtrace/include/gemmtrace/wgmma_ops.cuh: wgmma.mma_async wrappers with N/2 accumulator operands.
 
 Inline asm needs every accumulator register spelled out; writing 128 operands by hand invites typos,
 so this script writes them. Run: python tools/gen_wgmma.py
@@ -6,7 +6,7 @@ so this script writes them. Run: python tools/gen_wgmma.py
 from pathlib import Path
 
 SIZES = (64, 128, 192, 256)
-OUT = Path(__file__).resolve().parent.parent / "include" / "gemmtrace" / "wgmma_ops.cuh"
+OUT = Path(__file__).resolve().parent.parent / "gemmtrace" / "include" / "gemmtrace" / "wgmma_ops.cuh"
 
 
 def op(n: int) -> str:
