@@ -232,6 +232,15 @@ class Run:
         sched = m.get("scheduler")
         return f"{self.kernel} {s}" + (f" {sched}" if sched else "")
 
+    @property
+    def tag_groups(self) -> dict[str, str]:
+        """Each tag's group (mma, wait, issue, epilogue, schedule, setup, other): what the analysis
+        reads. Stored in meta.json; runs saved before that used gemmtrace's own tags.h."""
+        groups = self.meta.get("tag_groups")
+        if isinstance(groups, dict):
+            return {str(k): str(v) for k, v in groups.items()}
+        return tagdefs.tag_groups()
+
     def metrics(self):
         from .analysis import compute_metrics
 
