@@ -136,7 +136,7 @@ def _downsample_step(t: np.ndarray, a: np.ndarray, duration: int) -> tuple[np.nd
 
 
 def _timeline_figure(go, run, m: Metrics, label: str, index: int) -> ReportFigure:
-    tl = role_timeline(run.spans, bins=TIMELINE_BINS)
+    tl = role_timeline(run.spans, bins=TIMELINE_BINS, tag_groups=run.tag_groups)
     n_states = len(tl.states)
     # A discrete colorscale: state k fills [k, k + 1) / n_states.
     scale = []

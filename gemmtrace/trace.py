@@ -34,6 +34,7 @@ RECORD_WORDS = 4
 MAGIC = 0x47545231  # "GTR1"
 NO_TILE = 0xFFFFFFFF
 NO_KBLOCK = 0xFFFFFF
+MAX_TAG_ID = tagdefs.MAX_TAG_ID
 FORMAT_VERSION = 1
 
 SPAN_COLUMNS = ("sm", "cta", "warp", "region", "role", "tag", "tile", "kblock", "start_ns", "end_ns")
@@ -76,11 +77,14 @@ def spans_frame(
     warp=None,
     region=None,
     kblock=None,
+    role_names: list[str] | None = None,
+    tag_names: list[str] | None = None,
 ) -> pd.DataFrame:
     """Build a spans table with the canonical column types.
 
-    `role` and `tag` may be names (strings) or ids (ints, as in tags.h). Missing columns default
-    to 0 (cta, warp), one region per (sm, role) pair, and -1 (kblock). Times are int64 ns.
+    `role` and `tag` may be names (strings) or ids (ints, indexes into `role_names` / `tag_names`,
+    which default to gemmtrace's own vocabulary, tags.h). Missing columns default to 0 (cta, warp),
+    one region per (sm, role) pair, and -1 (kblock). Times are int64 ns.
     """
     n = len(start_ns)
     sm = np.asarray(sm, dtype=np.int32)
@@ -97,7 +101,7 @@ def spans_frame(
             raise GemmtraceError(f"unknown {what} name {values[np.asarray(out.isna())][0]!r} in spans.")
         return out
 
-    role_c = cat(role, tagdefs.role_names(), "role")
+    role_c = cat(role, role_names or tagdefs.role_names(), "role")
     if region is None:
         region = np.unique(np.stack([sm, role_c.codes.astype(np.int32)]), axis=1, return_inverse=True)[1]
     df = pd.DataFrame(
@@ -107,7 +111,7 @@ def spans_frame(
             "warp": np.zeros(n, np.int32) if warp is None else np.asarray(warp, np.int32),
             "region": np.asarray(region, np.int32).reshape(n),
             "role": role_c,
-            "tag": cat(tag, tagdefs.tag_names(), "tag"),
+            "tag": cat(tag, tag_names or tagdefs.tag_names(), "tag"),
             "tile": np.asarray(tile, np.int64).astype(np.int32),
             "kblock": np.full(n, -1, np.int32) if kblock is None else np.asarray(kblock, np.int32),
             "start_ns": np.asarray(start_ns, np.int64),
@@ -122,6 +126,7 @@ class Decoded:
     spans: pd.DataFrame
     regions: pd.DataFrame
     t0_ns: int  # absolute %globaltimer of the earliest span start
+    tags: "tagdefs.Tags | None" = None  # the vocabulary it was decoded with
 
     @property
     def dropped(self) -> int:
@@ -132,15 +137,21 @@ class Decoded:
         return int((~self.regions["complete"]).sum())
 
 
-def decode(buffer: np.ndarray, layout: BufferLayout) -> Decoded:
-    """Decode a raw profiler buffer (uint32 words) into spans, with no Python loop over records."""
+def decode(buffer: np.ndarray, layout: BufferLayout, tags: "tagdefs.Tags | str | Path | None" = None) -> Decoded:
+    """Decode a raw profiler buffer (uint32 words) into spans, with no Python loop over records.
+
+    `tags` is the kernel's vocabulary (a gemmtrace.Tags or its header; default gemmtrace's own):
+    a record whose tag, or a region whose role, it does not declare is an error, not a guess."""
+    vocab = tagdefs.resolve(tags)
+    role_names, tag_names = vocab.role_names(), vocab.tag_names()
     words = np.asarray(buffer).view(np.uint32).reshape(-1)
     if words.size != layout.total_words:
         raise GemmtraceError(
             f"profiler buffer has {words.size} words but the layout {layout} needs {layout.total_words}."
         )
     if layout.num_regions == 0:
-        return Decoded(spans_frame(sm=[], role=[], tag=[], tile=[], start_ns=[], end_ns=[]),
+        return Decoded(spans_frame(sm=[], role=[], tag=[], tile=[], start_ns=[], end_ns=[],
+                                   role_names=role_names, tag_names=tag_names),
                        pd.DataFrame({c: [] for c in REGION_COLUMNS}), 0)
     per = words.reshape(layout.num_regions, layout.words_per_region)
     head = per[:, :HEADER_WORDS]
@@ -179,12 +190,22 @@ def decode(buffer: np.ndarray, layout: BufferLayout) -> Decoded:
     tile = r[:, 2]
     kblock = (r[:, 3] >> 8).astype(np.int64)
     tag_ids = (r[:, 3] & 0xFF).astype(np.int64)
-    n_tags = len(tagdefs.tag_names())
-    if np.any((tag_ids == 0) | (tag_ids >= n_tags)):
-        raise GemmtraceError("profiler buffer holds a record with an unknown tag: the buffer is corrupt.")
+    known_tag = np.zeros(MAX_TAG_ID + 1, bool)
+    known_tag[sorted(vocab.declared_tag_ids())] = True
+    bad = ~known_tag[tag_ids]
+    if bad.any():
+        i = int(np.argmax(bad))
+        reg = regions.iloc[int(region_idx[i])]
+        raise GemmtraceError(
+            f"a record of SM {reg['sm']} warp {reg['warp']} has an unknown tag id {int(tag_ids[i])} (the vocabulary of "
+            f"{vocab.source} does not declare it): decode with the kernel's own tag header, or the buffer is corrupt.")
     role_ids = regions["role"].to_numpy()[region_idx]
-    if np.any(role_ids >= len(tagdefs.role_names())):
-        raise GemmtraceError("profiler buffer holds a region with an unknown role: the buffer is corrupt.")
+    bad = ~np.isin(role_ids, sorted(vocab.declared_role_ids()))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise GemmtraceError(
+            f"a region of SM {int(regions['sm'].to_numpy()[region_idx[i]])} has an unknown role id {int(role_ids[i])} (the "
+            f"vocabulary of {vocab.source} does not declare it): decode with the kernel's own tag header, or the buffer is corrupt.")
     spans = spans_frame(
         sm=regions["sm"].to_numpy()[region_idx],
         cta=regions["cta"].to_numpy()[region_idx],
@@ -196,8 +217,10 @@ def decode(buffer: np.ndarray, layout: BufferLayout) -> Decoded:
         kblock=np.where(kblock == NO_KBLOCK, -1, kblock),
         start_ns=start_abs - t0,
         end_ns=end_abs - t0,
+        role_names=role_names,
+        tag_names=tag_names,
     )
-    return Decoded(spans, regions, t0)
+    return Decoded(spans, regions, t0, vocab)
 
 
 @dataclass
@@ -236,10 +259,13 @@ class Run:
     def tag_groups(self) -> dict[str, str]:
         """Each tag's group (mma, wait, issue, epilogue, schedule, setup, other): what the analysis
         reads. Stored in meta.json; runs saved before that used gemmtrace's own tags.h."""
-        groups = self.meta.get("tag_groups")
-        if isinstance(groups, dict):
-            return {str(k): str(v) for k, v in groups.items()}
-        return tagdefs.tag_groups()
+        vocab = tagdefs.Tags.from_meta(self.meta)
+        return vocab.groups if vocab is not None else tagdefs.tag_groups()
+
+    @property
+    def vocabulary(self) -> "tagdefs.Tags":
+        """The roles and tags the run was recorded with (gemmtrace's own for runs saved without one)."""
+        return tagdefs.Tags.from_meta(self.meta) or tagdefs.builtin()
 
     def metrics(self):
         from .analysis import compute_metrics
@@ -261,6 +287,7 @@ class Run:
         meta["format_version"] = FORMAT_VERSION
         meta["roles"] = list(self.spans["role"].cat.categories)
         meta["tags"] = list(self.spans["tag"].cat.categories)
+        meta.setdefault("vocabulary", tagdefs.builtin().to_meta())
         meta["span_count"] = int(len(self.spans))
         (folder / "meta.json").write_text(json.dumps(meta, indent=2, default=_json_default) + "\n")
         self.path = folder
@@ -313,6 +340,7 @@ class Run:
             role=np.asarray(roles, dtype=object)[role] if role.size else np.array([], dtype=object),
             tag=np.asarray(tags_, dtype=object)[tag] if tag.size else np.array([], dtype=object),
             tile=cols["tile"], kblock=cols["kblock"], start_ns=cols["start_ns"], end_ns=cols["end_ns"],
+            role_names=[str(r) for r in roles], tag_names=[str(t) for t in tags_],
         )
         regions = None
         if all(f"regions_{c}" in cols for c in REGION_COLUMNS):

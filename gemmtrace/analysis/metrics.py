@@ -22,7 +22,9 @@ from . import intervals
 
 MMA_GROUP = "mma"  # spans of this tag group keep the tensor cores busy (today: the tag "mma")
 EPILOGUE_GROUP = "epilogue"  # spans whose overlap with the MMA union is the epilogue overlap
-MMA_ROLE = "consumer"  # the role that issues MMAs: its spans explain tensor-core gaps
+# The role that issues MMAs: its other spans explain tensor-core gaps. In a vocabulary without a
+# role of this name, the roles that record MMA spans take its place.
+MMA_ROLE = "consumer"
 
 # When spans of several groups from the consumer role cover the same gap nanosecond, it goes to
 # the first group in this order. A warp blocked on a barrier names the resource the tensor cores
@@ -307,7 +309,7 @@ class _Spans:
     tile: np.ndarray
     group: np.ndarray  # per span, index into groups
     groups: list[str]  # tag group names: MMA_GROUP first, then gap groups in priority order
-    consumer: np.ndarray  # per span, bool: role == MMA_ROLE
+    consumer: np.ndarray  # per span, bool: its role records MMA spans
     t0: int
     t1: int
 
@@ -347,7 +349,9 @@ def _codes(column: pd.Series, names: list[str], what: str) -> tuple[np.ndarray, 
     return codes, cats
 
 
-def _prepare(spans: pd.DataFrame) -> _Spans:
+def _prepare(spans: pd.DataFrame, tag_groups: dict[str, str] | None = None) -> _Spans:
+    """Validate and index a spans table; `tag_groups` is the run's tag -> group map (Run.tag_groups;
+    default gemmtrace's own tags.h)."""
     if not isinstance(spans, pd.DataFrame):
         raise GemmtraceError(f"spans must be a pandas DataFrame, not {type(spans).__name__}.")
     missing = [c for c in _REQUIRED_COLUMNS if c not in spans.columns]
@@ -377,7 +381,7 @@ def _prepare(spans: pd.DataFrame) -> _Spans:
 
     tag_codes, tag_cats = _codes(spans["tag"], tagdefs.tag_names(), "tag")
     role_codes, role_cats = _codes(spans["role"], tagdefs.role_names(), "role")
-    declared = tagdefs.tag_groups()
+    declared = tagdefs.tag_groups() if tag_groups is None else tag_groups
     groups = [MMA_GROUP] + gap_groups()
     for name in tag_cats:  # tags this version does not declare get a group of their own name
         g = declared.get(name, name)
@@ -387,8 +391,8 @@ def _prepare(spans: pd.DataFrame) -> _Spans:
     group = lut[tag_codes]
     if MMA_ROLE in role_cats:
         consumer = role_codes == role_cats.index(MMA_ROLE)
-    else:
-        consumer = np.zeros(len(start), bool)
+    else:  # a kernel's own vocabulary: the roles that record MMA spans (MMA_GROUP is groups[0])
+        consumer = np.isin(role_codes, np.unique(role_codes[group == 0]))
     tile = spans["tile"].to_numpy()
     if tile.dtype.kind not in "iu":
         raise GemmtraceError(f"the tile column must hold integers, not {tile.dtype}.")
@@ -413,7 +417,7 @@ def _device_sm_count(meta: dict, recorded: int) -> int:
 # -- the metrics ------------------------------------------------------------------------------
 def compute_metrics(run) -> Metrics:
     """All of DESIGN.md section 4 for one run (a gemmtrace.trace.Run)."""
-    sp = _prepare(run.spans)
+    sp = _prepare(run.spans, run.tag_groups)
     meta = run.meta if isinstance(run.meta, dict) else {}
     P = _device_sm_count(meta, len(sp.sm_ids))
     D, S = sp.duration, len(sp.sm_ids)

@@ -165,7 +165,7 @@ class Simulation:
 def tile_services(run) -> TileService:
     """Units, their pace and claim, their tiles, the workers' ready times and the run's order."""
     spans = run.spans
-    sp = _prepare(spans)
+    sp = _prepare(spans, run.tag_groups)
     meta = run.meta if isinstance(run.meta, dict) else {}
     launch = meta.get("launch") if isinstance(meta.get("launch"), dict) else {}
     n_tiles_meta = _positive_int(launch.get("tiles"))

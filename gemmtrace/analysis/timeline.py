@@ -34,9 +34,10 @@ class RoleTimeline:
         return [f"SM {s} {r}" for s, r in zip(self.sm.tolist(), self.role)]
 
 
-def role_timeline(spans, bins: int = 600) -> RoleTimeline:
-    """Bin a spans table into an (SM, role) x time grid of dominant tag groups (module docstring)."""
-    sp = _prepare(spans)
+def role_timeline(spans, bins: int = 600, tag_groups: dict[str, str] | None = None) -> RoleTimeline:
+    """Bin a spans table into an (SM, role) x time grid of dominant tag groups (module docstring);
+    `tag_groups` is the run's tag -> group map (default gemmtrace's own)."""
+    sp = _prepare(spans, tag_groups)
     role_codes, role_cats = _codes(spans["role"], tagdefs.role_names(), "role")
     n_roles = len(role_cats)
     bins = int(max(1, min(bins, -(-sp.duration // MIN_BIN_NS))))

@@ -36,17 +36,18 @@
 
 namespace gemmtrace {
 
-enum class Role : uint32_t {
-#define GEMMTRACE_ROLE_ENUM(name, id, str) name = id,
-  GEMMTRACE_ROLES(GEMMTRACE_ROLE_ENUM)
-#undef GEMMTRACE_ROLE_ENUM
-};
+// A kernel's vocabulary: `enum class Role` and `enum class Tag` in the current namespace, from two
+// X-macro lists in the form of tags.h (a user header declares its own; Python reads the same file
+// with gemmtrace.Tags.from_header). Any enum works with the recorder: ids are all it stores
+// (a role id in 16 bits of the region header, a tag id in 8 bits of each record: 1..255).
+#define GEMMTRACE_ROLE_ENUM_ENTRY_(name, id, str) name = id,
+#define GEMMTRACE_TAG_ENUM_ENTRY_(name, id, str, group) name = id,
+#define GEMMTRACE_DEFINE_VOCABULARY(ROLES, TAGS)  \
+  enum class Role : uint32_t { ROLES(GEMMTRACE_ROLE_ENUM_ENTRY_) }; \
+  enum class Tag : uint32_t { TAGS(GEMMTRACE_TAG_ENUM_ENTRY_) }
 
-enum class Tag : uint32_t {
-#define GEMMTRACE_TAG_ENUM(name, id, str, group) name = id,
-  GEMMTRACE_TAGS(GEMMTRACE_TAG_ENUM)
-#undef GEMMTRACE_TAG_ENUM
-};
+// gemmtrace's own kernels' vocabulary (tags.h): gemmtrace::Role, gemmtrace::Tag.
+GEMMTRACE_DEFINE_VOCABULARY(GEMMTRACE_ROLES, GEMMTRACE_TAGS);
 
 constexpr uint32_t kHeaderWords = 16;
 constexpr uint32_t kRecordWords = 4;
@@ -90,10 +91,13 @@ struct Recorder;
 template <int kRing>
 struct Recorder<false, kRing> {
   static constexpr uint32_t kSmemBytes = 0;
-  __device__ __forceinline__ void init(const ProfileBuffer&, uint32_t, Role, uint32_t = 0) {}
+  template <class RoleT>
+  __device__ __forceinline__ void init(const ProfileBuffer&, uint32_t, RoleT, uint32_t = 0) {}
   __device__ __forceinline__ uint32_t now() const { return 0; }
-  __device__ __forceinline__ uint32_t record(Tag, uint32_t, uint32_t = kNoTile, uint32_t = kNoKBlock) { return 0; }
-  __device__ __forceinline__ void record_span(Tag, uint32_t, uint32_t, uint32_t = kNoTile, uint32_t = kNoKBlock) {}
+  template <class TagT>
+  __device__ __forceinline__ uint32_t record(TagT, uint32_t, uint32_t = kNoTile, uint32_t = kNoKBlock) { return 0; }
+  template <class TagT>
+  __device__ __forceinline__ void record_span(TagT, uint32_t, uint32_t, uint32_t = kNoTile, uint32_t = kNoKBlock) {}
   __device__ __forceinline__ void poll() const {}
   __device__ __forceinline__ void finish() {}
 };
@@ -108,7 +112,8 @@ struct Recorder<true, 0> {
 
   // header: [0-1 base ns (%globaltimer), 2 magic, 3 smid, 4 cta, 5 warp | role << 16, 6 count,
   //          7 capacity, 8-9 base cycles (%clock64), 10-11 end cycles, 12-13 end ns, 14-15 zero]
-  __device__ __forceinline__ void init(const ProfileBuffer& buf, uint32_t slot, Role role, uint32_t = 0) {
+  template <class RoleT>
+  __device__ __forceinline__ void init(const ProfileBuffer& buf, uint32_t slot, RoleT role, uint32_t = 0) {
     const uint32_t cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     const uint64_t region = uint64_t(cta) * buf.regions_per_cta + slot;
     region_ = buf.data + region * (kHeaderWords + uint64_t(buf.capacity) * kRecordWords);
@@ -138,7 +143,8 @@ struct Recorder<true, 0> {
   }
 
   // Close a span that started at `start` (from now()) and store it; returns the span's end.
-  __device__ __forceinline__ uint32_t record(Tag tag, uint32_t start, uint32_t tile = kNoTile,
+  template <class TagT>
+  __device__ __forceinline__ uint32_t record(TagT tag, uint32_t start, uint32_t tile = kNoTile,
                                              uint32_t kblock = kNoKBlock) {
     if (region_ == nullptr) return 0;
     const uint32_t end = now();
@@ -148,7 +154,8 @@ struct Recorder<true, 0> {
 
   // Store a span whose end the caller already read with now(): lets a loop take one timer read
   // per boundary (the end of one span is the start of the next) instead of two.
-  __device__ __forceinline__ void record_span(Tag tag, uint32_t start, uint32_t end, uint32_t tile = kNoTile,
+  template <class TagT>
+  __device__ __forceinline__ void record_span(TagT tag, uint32_t start, uint32_t end, uint32_t tile = kNoTile,
                                               uint32_t kblock = kNoKBlock) {
     if (region_ == nullptr) return;
     // One predicated 16-byte store by lane 0 (the only lane with a capacity): no branch (the warp
@@ -191,6 +198,11 @@ struct Recorder<true, 0> {
 template <int kRing>
 struct Recorder<true, kRing> {
   static_assert(kRing >= 2 && kRing % 2 == 0, "the ring is flushed in halves");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  // Fires only where the staged recorder is used: the direct one works from sm_80 on.
+  static_assert(kRing < 0, "gemmtrace: the staged recorder (Recorder<true, kRing>) needs sm_90 or newer "
+                           "(cp.async.bulk); on this architecture use the direct recorder, Recorder<true>.");
+#endif
   static constexpr uint32_t kHalf = kRing / 2;
   static constexpr uint32_t kSmemBytes = (kHeaderWords + kRing * kRecordWords) * 4;
   // Shared header: the global header's layout, except word 6 (records flushed so far, the count
@@ -215,7 +227,8 @@ struct Recorder<true, kRing> {
     return (uint64_t(hi) << 32) | lo;
   }
 
-  __device__ __forceinline__ void init(const ProfileBuffer& buf, uint32_t slot, Role role, uint32_t smem) {
+  template <class RoleT>
+  __device__ __forceinline__ void init(const ProfileBuffer& buf, uint32_t slot, RoleT role, uint32_t smem) {
     const uint32_t cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     const uint64_t region = uint64_t(cta) * buf.regions_per_cta + slot;
     const uint64_t addr = reinterpret_cast<uint64_t>(buf.data + region * (kHeaderWords + uint64_t(buf.capacity) * kRecordWords));
@@ -233,7 +246,8 @@ struct Recorder<true, kRing> {
 
   __device__ __forceinline__ uint32_t now() const { return smem_ == 0 ? 0u : uint32_t(clock_cycles()) - base_clk_; }
 
-  __device__ __forceinline__ uint32_t record(Tag tag, uint32_t start, uint32_t tile = kNoTile,
+  template <class TagT>
+  __device__ __forceinline__ uint32_t record(TagT tag, uint32_t start, uint32_t tile = kNoTile,
                                              uint32_t kblock = kNoKBlock) {
     if (smem_ == 0) return 0;
     const uint32_t end = now();
@@ -244,7 +258,8 @@ struct Recorder<true, kRing> {
   // One predicated 16-byte shared store by lane 0. Entering a half of the ring, first let the copy
   // that last read it finish reading (it was issued at least half a ring ago: no wait in practice;
   // the copy of the other half cannot have been issued yet, as that half only filled just now).
-  __device__ __forceinline__ void record_span(Tag tag, uint32_t start, uint32_t end, uint32_t tile = kNoTile,
+  template <class TagT>
+  __device__ __forceinline__ void record_span(TagT tag, uint32_t start, uint32_t end, uint32_t tile = kNoTile,
                                               uint32_t kblock = kNoKBlock) {
     if (smem_ == 0) return;
     if (count_ % kHalf == 0 && leader()) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
