@@ -46,6 +46,33 @@ def _fmt(x, spec: str, none: str = "-") -> str:
     return none if x is None else format(x, spec)
 
 
+@app.command("includes")
+def includes_cmd() -> None:
+    """Print the nvcc flag that finds gemmtrace's headers: nvcc $(gemmtrace includes) -c my_kernel.cu"""
+    from .paths import INCLUDE_DIR
+
+    print(f"-I{INCLUDE_DIR}")
+
+
+@app.command("import")
+def import_cmd(
+    raw: Path = typer.Argument(..., help="The .json a C++ program wrote with gemmtrace::HostCapture::save (or its prefix)."),
+    output: Path = typer.Option(..., "--output", "-o", help="The run folder to write."),
+    no_export: bool = typer.Option(False, "--no-export", help="Save the run but skip the Perfetto and Chrome exports."),
+) -> None:
+    """Turn a raw profiler buffer saved by a C++ program into a run folder (then analyze, explain, report, export)."""
+    from .importer import import_raw
+    from .runner import export_run
+
+    run, warnings = import_raw(raw)
+    run.save(output)
+    exports = {} if no_export else export_run(run, output)
+    console.print(f"imported {len(run.spans)} spans of {run.kernel} into [bold]{output}[/]"
+                  + "".join(f"\n  {p}" for p in exports.values()))
+    for w in warnings:
+        err_console.print(f"[yellow]warning:[/] {w}")
+
+
 @app.command("list")
 def list_kernels() -> None:
     """List the kernels: the idea each adds, tile shape, stages, warps and recording roles."""

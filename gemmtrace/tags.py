@@ -143,7 +143,7 @@ class Tags:
 
     def to_meta(self) -> dict:
         return {
-            "source": self.source,
+            "source": Path(self.source).name if "/" in self.source and self.source != "gemmtrace/tags.h" else self.source,
             "roles": [{"enum": r.enum, "id": r.id, "name": r.name} for r in self.roles],
             "tags": [{"enum": t.enum, "id": t.id, "name": t.name, "group": t.group} for t in self.tags],
         }
@@ -177,7 +177,8 @@ class Tags:
 @lru_cache(maxsize=1)
 def builtin() -> Tags:
     """gemmtrace's own vocabulary, from gemmtrace/include/gemmtrace/tags.h."""
-    return Tags.from_header(TAGS_HEADER)
+    t = Tags.from_header(TAGS_HEADER)
+    return Tags(t.roles, t.tags, "gemmtrace/tags.h")
 
 
 def resolve(tags: "Tags | str | Path | None") -> Tags:

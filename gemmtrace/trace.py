@@ -136,6 +136,58 @@ class Decoded:
     def incomplete_regions(self) -> int:
         return int((~self.regions["complete"]).sum())
 
+    @property
+    def needed_capacity(self) -> int:
+        """Records per region that would have held every span (the busiest warp's count)."""
+        return int(self.regions["count"].max()) if len(self.regions) else 0
+
+    def unfinished(self, most: int = 4) -> list[str]:
+        """Regions a warp started (init wrote its header) but never finished, named; the staged
+        recorder writes its header only at finish, so its unfinished regions look unused."""
+        r = self.regions
+        if "started" not in r:
+            return []
+        bad = r[r["started"] & ~r["complete"]]
+        names = self.tags.role_names() if self.tags else tagdefs.role_names()
+        return [f"SM {int(x.sm)} CTA {int(x.cta)} warp {int(x.warp)}"
+                f" ({names[int(x.role)] if int(x.role) < len(names) else 'role ' + str(int(x.role))})"
+                for x in bad.head(most).itertuples()]
+
+    def profiler_meta(self, layout: "BufferLayout", regions_per_cta: int) -> dict:
+        """meta.json's "profiler" entry for this buffer."""
+        return {
+            "num_regions": layout.num_regions,
+            "capacity": layout.capacity,
+            "regions_per_cta": int(regions_per_cta),
+            "records": int(len(self.spans)),
+            "dropped": self.dropped,
+            "needed_capacity": self.needed_capacity,
+            "incomplete_regions": self.incomplete_regions,
+            "unfinished_regions": self.unfinished(),
+            "t0_globaltimer_ns": self.t0_ns,
+            "timer": "SM cycles (%clock64) per span, mapped per warp onto %globaltimer ns (init and finish pairs)",
+        }
+
+
+def trust_warnings(label: str, profiler: dict) -> list[str]:
+    """The sentences every capture prints about what a trace lacks (dropped records, warps that never
+    finished): one wording for `gemmtrace run`, gemmtrace.capture and `gemmtrace import`."""
+    out = []
+    dropped = int(profiler.get("dropped") or 0)
+    if dropped:
+        cap, need = profiler.get("capacity"), profiler.get("needed_capacity")
+        hint = f" (capacity {cap} records per warp; the busiest warp needed {need})" if cap and need else ""
+        out.append(f"{label}: {dropped} profiler records were dropped because the buffer was full{hint}; "
+                   f"the trace misses them, so give the buffer a capacity of at least {need or 'more'} records per warp.")
+    inc = int(profiler.get("incomplete_regions") or 0)
+    if inc:
+        named = profiler.get("unfinished_regions") or []
+        which = f", among them {', '.join(named)}" if named else ""
+        out.append(f"{label}: {inc} of {profiler.get('num_regions', '?')} profiler regions were never finished{which}: "
+                   f"their warps did not call finish() (or fewer warps record than regions_per_cta says), so their "
+                   f"spans are missing.")
+    return out
+
 
 def decode(buffer: np.ndarray, layout: BufferLayout, tags: "tagdefs.Tags | str | Path | None" = None) -> Decoded:
     """Decode a raw profiler buffer (uint32 words) into spans, with no Python loop over records.
@@ -157,6 +209,7 @@ def decode(buffer: np.ndarray, layout: BufferLayout, tags: "tagdefs.Tags | str |
     head = per[:, :HEADER_WORDS]
     complete = head[:, 2] == MAGIC
     base = head[:, 0].astype(np.int64) | (head[:, 1].astype(np.int64) << 32)
+    started = complete | (base != 0)  # the direct recorder writes the header (not the magic) at init
     count = np.where(complete, head[:, 6], 0).astype(np.int64)
     cap_seen = head[:, 7].astype(np.int64)
     if np.any(complete & (cap_seen != layout.capacity)):
@@ -172,6 +225,7 @@ def decode(buffer: np.ndarray, layout: BufferLayout, tags: "tagdefs.Tags | str |
             "count": count,
             "dropped": dropped,
             "complete": complete,
+            "started": started,
         }
     )
     recs = per[:, HEADER_WORDS:].reshape(layout.num_regions, layout.capacity, RECORD_WORDS)
