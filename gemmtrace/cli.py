@@ -161,13 +161,15 @@ def run_cmd(
         console.print(results_table(all_results))
         for r in all_results:
             console.print(f"run saved in [bold]{r.folder}[/]" + "".join(f"\n  {p}" for p in r.exports.values()))
+    from .trace import trust_warnings
+
     for r in all_results:
+        prof = r.run.meta["profiler"]
+        for w in trust_warnings(r.run.label, prof):
+            err_console.print(f"[yellow]warning:[/] {w}")
         if r.dropped:
-            err_console.print(f"[yellow]warning:[/] {r.run.label}: {r.dropped} profiler records were dropped "
-                              f"(buffer full); rerun with a larger --buffer-scale.")
-        inc = r.run.meta["profiler"]["incomplete_regions"]
-        if inc:
-            err_console.print(f"[yellow]warning:[/] {r.run.label}: {inc} recording warps never finished their region.")
+            scale = buffer_scale * prof["needed_capacity"] / max(prof["capacity"], 1)
+            err_console.print(f"  (gemmtrace run: --buffer-scale {scale:.2f} or more)")
     if len(all_results) > 1 and len({r.scheduler for r in all_results}) > 1:
         _print_sched_comparison(all_results)
 
@@ -201,7 +203,8 @@ def _print_sched_comparison(results) -> None:
 @app.command("bench")
 def bench_cmd(
     kernels: str = typer.Option("v1", "--kernels", "-k", help="Comma-separated kernels (see `gemmtrace list`)."),
-    shapes: Optional[List[str]] = typer.Option(None, "--shape", "-s", help="Shapes (N or MxNxK); default: the standard list."),
+    shapes: Optional[List[str]] = typer.Option(None, "--shape", "-s", help="Shapes (N or MxNxK); given, they replace the suite."),
+    suite: str = typer.Option("default", "--suite", help="Named shape list: default or shapes (see gemmtrace/bench.py SUITES)."),
     sched: str = typer.Option("static", "--sched", help="Scheduler(s), comma-separated."),
     order: str = typer.Option("row", "--order", help="Tile order (persistent kernels)."),
     iters: int = typer.Option(30, "--iters", help="Timed rounds per shape (median reported)."),
@@ -210,17 +213,19 @@ def bench_cmd(
     """Time kernels over a shape list against cuBLAS (same process); print and save TFLOP/s and % of cuBLAS."""
     from rich.progress import Progress
 
-    from .bench import DEFAULT_SHAPES, run_bench, save_bench
+    from .bench import run_bench, save_bench, suite_shapes
 
     kernel_list = list(_split(kernels))
     for k in kernel_list:
         registry.get(k)
-    shape_list = [parse_shape(s) for s in shapes] if shapes else list(DEFAULT_SHAPES)
+    shape_list = [parse_shape(s) for s in shapes] if shapes else suite_shapes(suite)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("bench", total=len(kernel_list) * len(shape_list))
-
+        # One line per finished or skipped shape (kept in logs); the bar names the shape running now.
         rows, header = run_bench(kernel_list, shape_list, _split(sched), order, iters,
-                                 progress=lambda msg: (progress.update(task, description=msg, advance=1)))
+                                 progress=lambda line: progress.console.print(line, markup=False, highlight=False),
+                                 status=lambda msg, done, total: progress.update(task, description=msg, completed=done),
+                                 suite=None if shapes else suite)
     path = save_bench(rows, header, output)
     t = Table(title=f"gemmtrace bench on {header['device']['name']}")
     for col in ("kernel", "shape", "sched", "ms", "TFLOP/s", "cuBLAS TFLOP/s", "% of cuBLAS", "profiler overhead", "rel. error"):
@@ -231,6 +236,8 @@ def bench_cmd(
                   f"{d['cublas_tflops']:.1f}", f"{100 * d['pct_of_cublas']:.1f}", f"{100 * d['profiler_overhead']:+.2f}%",
                   f"{d['rel_error']:.2e}")
     console.print(t)
+    if header["skipped"]:
+        console.print(f"skipped {len(header['skipped'])} kernel and shape pairs the kernels cannot run (listed above and in the JSON)")
     console.print(f"saved {path}")
 
 

@@ -24,7 +24,8 @@ from . import __version__, registry
 from .build import build, nvcc_version
 from .launch import ORDERS, SCHEDULERS, KernelLibrary, Plan
 from .paths import ROOT, GemmtraceError
-from .trace import BufferLayout, Run, decode
+from .capture import Capture, capture
+from .trace import Run
 
 BF16_TOLERANCE = 1e-2  # relative Frobenius error; bf16 output rounding alone gives ~2e-3
 MIN_ITERS = 20
@@ -231,12 +232,12 @@ class _Harness:
         if opts.debug:
             self.hang = torch.zeros(16, dtype=torch.int32).pin_memory()
 
-    def args(self, sched: str, profile: bool, a, b, buf=None, layout: BufferLayout | None = None):
+    def args(self, sched: str, profile: bool, a, b, prof: Capture | None = None):
         return self.lib.args(
             self.m, self.n, self.k, sched=sched, order=self.opts.order,
             a=a.data_ptr(), b=b.data_ptr(), c=self.c.data_ptr(),
-            prof_data=(buf.data_ptr() if (profile and buf is not None) else None),
-            prof_capacity=(layout.capacity if (profile and layout) else 0),
+            prof_data=(prof.data_ptr if (profile and prof is not None) else None),
+            prof_capacity=(prof.capacity if (profile and prof is not None) else 0),
             profile=int(profile), tile_counter=self.counter.data_ptr(),
             hang_report=(self.hang.data_ptr() if self.hang is not None else None),
             stream=self.stream, num_sms=self.props.multi_processor_count, max_ctas=self.opts.max_ctas,
@@ -301,21 +302,17 @@ def run_kernel(opts: RunOptions, progress: Callable[[str], None] | None = None) 
     m, n, k = opts.shape
     flops = 2.0 * m * n * k
 
-    # Profiler buffers, sized from each scheduler's launch plan.
-    layouts, bufs, plans = {}, {}, {}
+    # Profiler buffers, sized from each scheduler's launch plan: the capture a user's kernel takes.
+    captures, plans = {}, {}
     for sched in opts.schedulers:
         plan = h.plan(sched)
-        cap = max(1, int(math.ceil(plan.records_per_region * opts.buffer_scale)))
-        layout = BufferLayout(plan.grid_ctas * plan.regions_per_cta, cap)
-        plans[sched], layouts[sched] = plan, layout
-        bufs[sched] = torch.zeros(layout.total_words, device="cuda", dtype=torch.int32)
+        plans[sched] = plan
+        captures[sched] = capture(ctas=plan.grid_ctas, regions_per_cta=plan.regions_per_cta,
+                                  capacity=max(1, int(math.ceil(plan.records_per_region * opts.buffer_scale)))).allocate()
 
     def launch(sched: str, profile: bool, i: int = 0):
         a, b = h.inputs[i % len(h.inputs)]
-        try:
-            h.launch(h.args(sched, profile, a, b, bufs[sched], layouts[sched]))
-        except GemmtraceError:
-            raise
+        h.launch(h.args(sched, profile, a, b, captures[sched]))
 
     def synced(fn):
         try:
@@ -347,6 +344,7 @@ def run_kernel(opts: RunOptions, progress: Callable[[str], None] | None = None) 
 
     # Timing: interleave cuBLAS, the plain build and the profiled build round by round.
     samples: dict[str, list[float]] = {}
+    timing_method = ""
     if opts.time:
         say(f"timing ({opts.warmup} warm-up + {opts.iters} rounds)")
         variants: list[tuple[str, Callable[[int], None]]] = [
@@ -376,43 +374,32 @@ def run_kernel(opts: RunOptions, progress: Callable[[str], None] | None = None) 
                 events[name].append((e0, e1))
         synced(lambda: None)
         samples = {name: [e0.elapsed_time(e1) for e0, e1 in evs] for name, evs in events.items()}
+        timing_method = (
+            f"CUDA events around single launches, {opts.warmup} warm-up rounds, median of {opts.iters} rounds, "
+            f"cuBLAS/plain/profiled interleaved each round in a rotating order, each launch on the next of "
+            f"{len(h.inputs)} random-normal input sets"
+        )
 
-    # One traced launch per scheduler, on a cleared buffer, decoded and saved.
+    # One traced launch per scheduler, on a cleared buffer, decoded into a Run as any capture is.
     say("recording a traced launch")
-    dev, vers = device_meta(torch), versions_meta(torch)
     results = []
     for sched in opts.schedulers:
-        bufs[sched].zero_()
+        prof, plan = captures[sched], plans[sched]
+        prof.reset()
         h.counter.zero_()
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         e0.record()
         launch(sched, True)
         e1.record()
         synced(lambda: None)
-        traced_ms = e0.elapsed_time(e1)
-        raw = bufs[sched].cpu().numpy()
-        decoded = decode(raw, layouts[sched])
-        plan = plans[sched]
         timings = {}
         if samples:
-            timings.update(Timing(samples[f"plain:{sched}"]).to_dict("kernel"))
-            timings.update(Timing(samples[f"profiled:{sched}"]).to_dict("profiled"))
-            timings.update(Timing(samples["cublas"]).to_dict("cublas"))
-            timings["tflops"] = flops / (timings["kernel_ms"] * 1e-3) / 1e12
-            timings["cublas_tflops"] = flops / (timings["cublas_ms"] * 1e-3) / 1e12
-            timings["profiled_tflops"] = flops / (timings["profiled_ms"] * 1e-3) / 1e12
-            timings["profiler_overhead"] = timings["profiled_ms"] / timings["kernel_ms"] - 1
-            timings["pct_of_cublas"] = timings["cublas_ms"] / timings["kernel_ms"]
-            timings["method"] = (
-                f"CUDA events around single launches, {opts.warmup} warm-up rounds, median of {opts.iters} rounds, "
-                f"cuBLAS/plain/profiled interleaved each round in a rotating order, each launch on the next of "
-                f"{len(h.inputs)} random-normal input sets"
-            )
-        meta = {
-            "kernel": opts.kernel,
+            timings = timing_summary(samples[f"plain:{sched}"], samples[f"profiled:{sched}"], samples["cublas"], flops,
+                                     reference_name="cuBLAS (torch.mm)", method=timing_method)
+        run = prof.run(opts.kernel, (m, n, k), timings=timings, warn=False, meta={
+            "source": "registry",
             "arch": spec.arch,
             "idea": spec.idea,
-            "shape": {"M": m, "N": n, "K": k},
             "dtype": "bf16 in, fp32 accumulate, bf16 out; C = A @ B^T",
             "scheduler": sched,
             "order": opts.order,
@@ -422,39 +409,44 @@ def run_kernel(opts: RunOptions, progress: Callable[[str], None] | None = None) 
                 "cluster": plan.cluster, "tile": [plan.tile_m, plan.tile_n, plan.tile_k], "stages": plan.stages,
                 "tiles": plan.tiles,
             },
-            "device": dev,
-            "versions": vers,
-            "timings": timings,
             "check": {
                 "rel_error_plain": errors.get((sched, False)),
                 "rel_error_profiled": errors.get((sched, True)),
                 "tolerance": BF16_TOLERANCE,
                 "reference": "torch fp32 matmul of the same bf16 inputs, TF32 off",
             },
-            "profiler": {
-                "num_regions": layouts[sched].num_regions,
-                "capacity": layouts[sched].capacity,
-                "regions_per_cta": plan.regions_per_cta,
-                "records": int(len(decoded.spans)),
-                "dropped": decoded.dropped,
-                "incomplete_regions": decoded.incomplete_regions,
-                "t0_globaltimer_ns": decoded.t0_ns,
-                "traced_launch_ms": traced_ms,
-                "timer": "SM cycles (%clock64) per span, mapped per warp onto %globaltimer ns (init and finish pairs)",
-            },
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "host": platform.node(),
-        }
-        run = Run(decoded.spans, meta, decoded.regions)
+        })
+        run.meta["profiler"]["traced_launch_ms"] = e0.elapsed_time(e1)
         results.append(
             RunResult(
                 run=run, scheduler=sched,
                 rel_error_plain=errors.get((sched, False)), rel_error_profiled=errors.get((sched, True)),
-                kernel_ms=timings.get("kernel_ms"), profiled_ms=timings.get("profiled_ms"), cublas_ms=timings.get("cublas_ms"),
-                flops=flops, dropped=decoded.dropped,
+                kernel_ms=timings.get("kernel_ms"), profiled_ms=timings.get("profiled_ms"),
+                cublas_ms=timings.get("reference_ms"), flops=flops, dropped=run.meta["profiler"]["dropped"],
             )
         )
     return results
+
+
+def timing_summary(plain: list[float], profiled: list[float] | None, reference: list[float] | None, flops: float | None,
+                   reference_name: str | None = None, method: str = "") -> dict:
+    """meta.json's "timings" from per-launch samples (ms): medians and quartiles of the plain build
+    (kernel_*), the profiled build (profiled_*) and the reference (reference_*), TFLOP/s, profiler
+    overhead and % of the reference. One form for gemmtrace run, bench and gemmtrace.benchmark."""
+    out: dict = {}
+    for prefix, samples in (("kernel", plain), ("profiled", profiled), ("reference", reference)):
+        if samples:
+            out.update(Timing(list(samples)).to_dict(prefix))
+            if flops:
+                out[("tflops" if prefix == "kernel" else f"{prefix}_tflops")] = flops / (out[f"{prefix}_ms"] * 1e-3) / 1e12
+    if profiled:
+        out["profiler_overhead"] = out["profiled_ms"] / out["kernel_ms"] - 1
+    if reference:
+        out["pct_of_reference"] = out["reference_ms"] / out["kernel_ms"]
+        out["reference_name"] = reference_name or "reference"
+    if method:
+        out["method"] = method
+    return out
 
 
 def default_run_folder(base: Path, opts: RunOptions, sched: str) -> Path:
