@@ -1,19 +1,21 @@
-"""Attribute a persistent kernel's profiler overhead: compile variants of kernels/sm90/persistent_gemm.cuh
-with parts of the recording removed (as v6, row order), and time each variant's profiled build against
-its plain build in one process, twice per shape. Needs a GPU; writes $OUT/bisect.json.
+"""Attribute a persistent kernel's profiler overhead: compile variants of
+gemmtrace/kernels/sm90/persistent_gemm.cuh with parts of the recording removed (as v6, row order), and
+time each variant's profiled build against its plain build in one process, twice per shape. Needs a
+GPU; writes bisect.json in the current folder.
 
     python3 bench/bisect_profiler.py [MxNxK ...]      (default: 8192^3 and 4096^3)
 
 The variants are made by text substitution of the lines named below; if the kernel changes so that
 one is missing, the script stops at the assertion that names it. Generated files go to
-kernels/sm90/_bisect_* (ignored by git)."""
-import json, os, sys, dataclasses
+gemmtrace/kernels/sm90/_bisect_* (ignored by git)."""
+import json, sys, dataclasses
 from pathlib import Path
-sys.path.insert(0, os.getcwd())
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gemmtrace import registry
+from gemmtrace.paths import KERNELS_DIR
 from gemmtrace.runner import RunOptions, run_kernel
 
-K = Path("kernels/sm90")
+K = KERNELS_DIR / "sm90"
 src = (K / "persistent_gemm.cuh").read_text()
 MMA_REC = "rec.record_span(Tag::MMA, mma_start, retired, tile, kb - 1);"
 MMA_CLK = "const uint32_t retired = rec.now();"
@@ -51,4 +53,5 @@ for shape in shapes:
             key = f"{kname} {shape[0]}x{shape[1]}x{shape[2]} rep{rep}"
             out[key] = dict(plain_ms=r.kernel_ms, profiled_ms=r.profiled_ms, cublas_ms=r.cublas_ms, overhead=r.overhead)
             print(f"{key:40s} plain {r.kernel_ms:.4f} prof {r.profiled_ms:.4f} overhead {100*r.overhead:+.2f}% cublas% {100*r.pct_of_cublas:.1f}", flush=True)
-Path(os.environ.get("OUT", "."), "bisect.json").write_text(json.dumps(out, indent=1))
+Path("bisect.json").write_text(json.dumps(out, indent=1))
+print("wrote bisect.json")

@@ -10,8 +10,9 @@ from .capture import Capture, GemmtraceWarning, ProfileBufferStruct, capture
 from .importer import import_raw
 from .paths import INCLUDE_DIR, GemmtraceError
 from .tags import Tags
+from .timing import benchmark
 from .trace import Run, load
 
 __all__ = ["Capture", "GemmtraceError", "GemmtraceWarning", "INCLUDE_DIR", "ProfileBufferStruct", "Run", "Tags",
-           "capture", "import_raw", "load"]
+           "benchmark", "capture", "import_raw", "load"]
 __version__ = "0.1.0"

@@ -162,3 +162,34 @@ def build(kernel: str, arch: str | None = None, debug: bool = False, force: bool
         log_path.write_text(log)
         os.replace(tmp_lib, lib)  # atomic: a concurrent reader never sees half a library
     return BuildResult(kernel, arch, debug, lib, False, time.perf_counter() - t0, parse_ptxas(log))
+
+
+# Support libraries: CUDA sources inside the package that are not registered kernels (the timing
+# harness's stream hold). Built for compute_80 as cubin and PTX, so they run on every GPU from sm_80
+# (newer ones JIT the PTX), plus sm_90a; cached like the kernels, by source, flags and nvcc version.
+SUPPORT_GENCODES = ("arch=compute_80,code=[sm_80,compute_80]", "arch=compute_90a,code=sm_90a")
+SUPPORT_FLAGS = ("-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC")
+
+
+def build_support(name: str, source: Path, gencodes: tuple[str, ...] = SUPPORT_GENCODES, force: bool = False) -> Path:
+    """Build (or fetch from the cache) the shared library `lib<name>.so` of one support source."""
+    source = Path(source)
+    if not source.is_file():
+        raise GemmtraceError(f"the source of the {name} support library ({source}) is missing.")
+    nvcc = nvcc_path()
+    flags = [*(f"-gencode={g}" for g in gencodes), *SUPPORT_FLAGS]
+    h = hashlib.sha256(source.read_bytes())
+    h.update("\0".join(flags).encode())
+    h.update(nvcc_version(nvcc).encode())
+    folder = cache_dir() / f"support-{name}-{h.hexdigest()[:20]}"
+    lib = folder / f"lib{name}.so"
+    if lib.is_file() and not force:
+        return lib
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        tmp_lib = Path(tmp) / lib.name
+        proc = subprocess.run([nvcc, *flags, str(source), "-o", str(tmp_lib)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise GemmtraceError(f"nvcc failed to compile the {name} support library ({source.name}):\n{(proc.stderr + proc.stdout).strip()}")
+        os.replace(tmp_lib, lib)  # atomic: a concurrent reader never sees half a library
+    return lib

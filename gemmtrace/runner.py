@@ -25,6 +25,7 @@ from .build import build, nvcc_version
 from .launch import ORDERS, SCHEDULERS, KernelLibrary, Plan
 from .paths import ROOT, GemmtraceError
 from .capture import Capture, capture
+from .timing import timing_summary
 from .trace import Run
 
 BF16_TOLERANCE = 1e-2  # relative Frobenius error; bf16 output rounding alone gives ~2e-3
@@ -71,27 +72,6 @@ class RunOptions:
             raise GemmtraceError("a debug fault can only be injected into a debug build (--debug).")
         if self.buffer_scale <= 0:
             raise GemmtraceError(f"buffer scale must be positive; got {self.buffer_scale}.")
-
-
-@dataclass
-class Timing:
-    samples_ms: list[float]
-
-    @property
-    def median_ms(self) -> float:
-        return statistics.median(self.samples_ms)
-
-    def to_dict(self, prefix: str) -> dict:
-        s = sorted(self.samples_ms)
-        q = np.percentile(s, [25, 75])
-        return {
-            f"{prefix}_ms": self.median_ms,
-            f"{prefix}_ms_min": s[0],
-            f"{prefix}_ms_max": s[-1],
-            f"{prefix}_ms_p25": float(q[0]),
-            f"{prefix}_ms_p75": float(q[1]),
-            f"{prefix}_samples": len(s),
-        }
 
 
 @dataclass
@@ -344,7 +324,7 @@ def run_kernel(opts: RunOptions, progress: Callable[[str], None] | None = None) 
 
     # Timing: interleave cuBLAS, the plain build and the profiled build round by round.
     samples: dict[str, list[float]] = {}
-    timing_method = ""
+    timing_method, timing_diagnostics = "", None
     if opts.time:
         say(f"timing ({opts.warmup} warm-up + {opts.iters} rounds)")
         variants: list[tuple[str, Callable[[int], None]]] = [
@@ -353,30 +333,17 @@ def run_kernel(opts: RunOptions, progress: Callable[[str], None] | None = None) 
         for sched in opts.schedulers:
             variants.append((f"plain:{sched}", lambda i, s=sched: launch(s, False, i)))
             variants.append((f"profiled:{sched}", lambda i, s=sched: launch(s, True, i)))
-        # Each launch takes the next input set (no variant reads operands another just pulled into
-        # L2), and each round starts one variant later (none always runs right after another, which
-        # matters when the GPU is at its power limit and clocks follow the previous launch).
-        launches = 0
-        for r in range(opts.warmup):
-            for _, fn in variants:
-                fn(launches)
-                launches += 1
-        synced(lambda: None)
-        events = {name: [] for name, _ in variants}
-        for r in range(opts.iters):
-            for v in range(len(variants)):
-                name, fn = variants[(r + v) % len(variants)]
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                fn(launches)
-                e1.record()
-                launches += 1
-                events[name].append((e0, e1))
-        synced(lambda: None)
-        samples = {name: [e0.elapsed_time(e1) for e0, e1 in evs] for name, evs in events.items()}
+        # Each launch takes the next input set by its launch index (no variant reads operands another
+        # just pulled into L2); gemmtrace.timing holds the stream while a round is enqueued, so the
+        # events bracket GPU work, not the host's launch path, and rotates the order every round.
+        from .timing import time_variants
+
+        timed = []
+        synced(lambda: timed.append(time_variants(variants, iters=opts.iters, warmup=opts.warmup)))
+        samples = timed[0].samples
+        timing_diagnostics = timed[0].diagnostics()
         timing_method = (
-            f"CUDA events around single launches, {opts.warmup} warm-up rounds, median of {opts.iters} rounds, "
-            f"cuBLAS/plain/profiled interleaved each round in a rotating order, each launch on the next of "
+            f"{timed[0].method} (cuBLAS, plain and profiled builds), each launch on the next of "
             f"{len(h.inputs)} random-normal input sets"
         )
 
@@ -396,6 +363,7 @@ def run_kernel(opts: RunOptions, progress: Callable[[str], None] | None = None) 
         if samples:
             timings = timing_summary(samples[f"plain:{sched}"], samples[f"profiled:{sched}"], samples["cublas"], flops,
                                      reference_name="cuBLAS (torch.mm)", method=timing_method)
+            timings["diagnostics"] = timing_diagnostics
         run = prof.run(opts.kernel, (m, n, k), timings=timings, warn=False, meta={
             "source": "registry",
             "arch": spec.arch,
@@ -426,27 +394,6 @@ def run_kernel(opts: RunOptions, progress: Callable[[str], None] | None = None) 
             )
         )
     return results
-
-
-def timing_summary(plain: list[float], profiled: list[float] | None, reference: list[float] | None, flops: float | None,
-                   reference_name: str | None = None, method: str = "") -> dict:
-    """meta.json's "timings" from per-launch samples (ms): medians and quartiles of the plain build
-    (kernel_*), the profiled build (profiled_*) and the reference (reference_*), TFLOP/s, profiler
-    overhead and % of the reference. One form for gemmtrace run, bench and gemmtrace.benchmark."""
-    out: dict = {}
-    for prefix, samples in (("kernel", plain), ("profiled", profiled), ("reference", reference)):
-        if samples:
-            out.update(Timing(list(samples)).to_dict(prefix))
-            if flops:
-                out[("tflops" if prefix == "kernel" else f"{prefix}_tflops")] = flops / (out[f"{prefix}_ms"] * 1e-3) / 1e12
-    if profiled:
-        out["profiler_overhead"] = out["profiled_ms"] / out["kernel_ms"] - 1
-    if reference:
-        out["pct_of_reference"] = out["reference_ms"] / out["kernel_ms"]
-        out["reference_name"] = reference_name or "reference"
-    if method:
-        out["method"] = method
-    return out
 
 
 def default_run_folder(base: Path, opts: RunOptions, sched: str) -> Path:

@@ -1,0 +1,83 @@
+"""The benchmark suite: named shape lists, skipping shapes a kernel refuses, progress lines, the CLI."""
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+
+from gemmtrace import bench
+from gemmtrace.paths import GemmtraceError
+
+from cli_helpers import assert_one_sentence_error, gt
+
+
+def test_suites():
+    assert bench.SUITES["default"] == bench.DEFAULT_SHAPES
+    shapes = bench.suite_shapes("shapes")
+    assert shapes[:3] == [(256, 256, 16384), (512, 1024, 8192), (64, 8192, 4096)]
+    assert (2048, 2048, 2048) in shapes and (4096, 28672, 8192) in shapes and (6144, 6144, 1096) in shapes
+    assert shapes[-len(bench.DEFAULT_SHAPES):] == list(bench.DEFAULT_SHAPES)
+    assert len(set(shapes)) == len(shapes) == 16
+    with pytest.raises(GemmtraceError, match="unknown suite 'nope'; choose one of default, shapes"):
+        bench.suite_shapes("nope")
+
+
+def test_plan_refusal_names_the_reason():
+    libs: dict = {}
+    assert bench.plan_refusal("v8", (4096, 4096, 4096), ("static",), "row", libs) is None
+    reason = bench.plan_refusal("v8", (4096, 4100, 4096), ("static",), "row", libs)
+    assert reason and "N must be a multiple of 8" in reason and "4100" in reason
+    assert "v8" in libs  # loaded once, reused for the next shape
+
+
+def _fake_result(kernel, shape, sched):
+    m, n, k = shape
+    ms = 2 * m * n * k / 500e12 * 1e3  # 500 TFLOP/s
+    t = {"kernel_ms": ms, "kernel_ms_p25": ms, "kernel_ms_p75": ms, "profiled_ms": ms * 1.01, "cublas_ms": ms * 0.98,
+         "tflops": 500.0, "cublas_tflops": 510.2, "profiled_tflops": 495.0, "pct_of_cublas": 0.98, "profiler_overhead": 0.01,
+         "method": "stream hold"}
+    # the same under the names the runner is moving to (the reference need not be cuBLAS)
+    t.update(reference_ms=t["cublas_ms"], reference_tflops=t["cublas_tflops"], pct_of_reference=t["pct_of_cublas"])
+    run = types.SimpleNamespace(meta={"timings": t}, spans=[])
+    return types.SimpleNamespace(run=run, scheduler=sched, rel_error_plain=1.7e-3, rel_error_profiled=1.7e-3, dropped=0)
+
+
+def test_run_bench_skips_refused_shapes_and_reports_progress(monkeypatch, tmp_path):
+    ran = []
+
+    def fake_run_kernel(opts):
+        ran.append((opts.kernel, opts.shape))
+        return [_fake_result(opts.kernel, opts.shape, s) for s in opts.schedulers]
+
+    monkeypatch.setattr(bench, "require_gpu", lambda spec: None)
+    monkeypatch.setattr(bench, "run_kernel", fake_run_kernel)
+    monkeypatch.setattr(bench, "device_meta", lambda torch: {"name": "Fake GPU"})
+    monkeypatch.setattr(bench, "versions_meta", lambda torch: {})
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    lines, states = [], []
+    shapes = [(4096, 4100, 4096), (2048, 2048, 2048)]
+    rows, header = bench.run_bench(["v8"], shapes, ("static", "dynamic"), "hilbert", progress=lines.append,
+                                   status=lambda msg, done, total: states.append((msg, done, total)), suite="custom")
+    assert ran == [("v8", (2048, 2048, 2048))]  # the refused shape never reached the harness
+    assert [r.shape for r in rows] == [(2048, 2048, 2048)] * 2 and {r.scheduler for r in rows} == {"static", "dynamic"}
+    assert header["skipped"] == [{"kernel": "v8", "M": 4096, "N": 4100, "K": 4096,
+                                  "reason": bench.plan_refusal("v8", (4096, 4100, 4096), ("static",), "hilbert", {})}]
+    assert lines[0].startswith("[1/2] v8 4096x4100x4096: skipped (") and "N must be a multiple of 8" in lines[0]
+    assert lines[1].startswith("[2/2] v8 2048x2048x2048 static: ") and "98.0% of cuBLAS" in lines[1]
+    assert states == [("v8 4096x4100x4096", 0, 2), ("v8 2048x2048x2048", 1, 2), ("done", 2, 2)]
+    monkeypatch.setattr(bench, "RESULTS_DIR", tmp_path)
+    path = bench.save_bench(rows, header)
+    saved = json.loads(path.read_text())
+    assert path.name.endswith("-fake-gpu-v8-custom.json") and saved["suite"] == "custom"
+    assert len(saved["rows"]) == 2 and saved["skipped"][0]["N"] == 4100
+
+
+def test_cli_unknown_suite():
+    assert_one_sentence_error(gt("bench", "--suite", "nope"), "unknown suite 'nope'")
+
+
+def test_cli_bench_help_names_the_suite():
+    out = gt("bench", "--help")
+    assert out.returncode == 0 and "--suite" in out.stdout
