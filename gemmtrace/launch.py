@@ -36,6 +36,7 @@ class GtArgs(ctypes.Structure):
         ("tile_order", ctypes.c_void_p),
         ("debug_fault", ctypes.c_int32),
         ("reserved", ctypes.c_int32),
+        ("workspace", ctypes.c_void_p),
     ]
 
 
@@ -46,7 +47,7 @@ class GtPlan(ctypes.Structure):
             "grid_ctas", "regions_per_cta", "records_per_region", "block_threads", "smem_bytes",
             "tile_m", "tile_n", "tile_k", "stages", "cluster", "tiles", "reserved",
         )
-    ]
+    ] + [("workspace_bytes", ctypes.c_int64)]
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,9 @@ class Plan:
     stages: int
     cluster: int
     tiles: int
+    # Device memory the kernel needs as GtArgs.workspace, zeroed once before its first launch (the
+    # kernel leaves it as it found it); 0 for kernels that need none.
+    workspace_bytes: int = 0
 
     @classmethod
     def from_c(cls, p: GtPlan) -> "Plan":

@@ -142,6 +142,24 @@ KERNELS: dict[str, KernelSpec] = {
             cluster=2,
             n_multiple=8,
         ),
+        KernelSpec(
+            name="v9",
+            source="sm90/v9_stream_k.cu",
+            arch="sm90a",
+            idea=(
+                "stream-K: whole tiles for the full waves, then the last (tiles mod clusters) + one wave of tiles split "
+                "into equal k-block ranges, one per cluster (fewer clusters when tiles are few, at most sqrt(K_b/2) "
+                "segments a tile); the CTA holding a tile's k-block 0 adds the others' fp32 partials from a workspace "
+                "in k order, so results are bitwise reproducible"
+            ),
+            tile=(128, 256, 64),
+            stages=4,
+            threads=384,
+            roles=("producer", "consumer"),
+            orders=("row", "snake", "hilbert"),
+            cluster=2,
+            n_multiple=8,
+        ),
     ]
 }
 

@@ -206,6 +206,9 @@ class _Harness:
         self.c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         self.c_ref_out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         self.counter = torch.zeros(64, device="cuda", dtype=torch.int32)  # dynamic scheduling: claims, finished CTAs
+        # Kernels that pass partial tiles between CTAs (v9) need zeroed scratch memory; they leave it
+        # zeroed, so it is allocated once per scheduler's plan and shared by the plain and profiled builds.
+        self.workspaces = {}
         self._order = None
         self.stream = torch.cuda.current_stream().cuda_stream
         self.hang = None
@@ -222,6 +225,7 @@ class _Harness:
             hang_report=(self.hang.data_ptr() if self.hang is not None else None),
             stream=self.stream, num_sms=self.props.multi_processor_count, max_ctas=self.opts.max_ctas,
             debug_fault=self.opts.debug_fault, tile_order=self.order_table(),
+            workspace=(self.workspaces[sched].data_ptr() if sched in self.workspaces else None),
         )
 
     def order_table(self) -> int | None:
@@ -287,6 +291,8 @@ def run_kernel(opts: RunOptions, progress: Callable[[str], None] | None = None) 
     for sched in opts.schedulers:
         plan = h.plan(sched)
         plans[sched] = plan
+        if plan.workspace_bytes:
+            h.workspaces[sched] = torch.zeros(plan.workspace_bytes, device="cuda", dtype=torch.uint8)
         captures[sched] = capture(ctas=plan.grid_ctas, regions_per_cta=plan.regions_per_cta,
                                   capacity=max(1, int(math.ceil(plan.records_per_region * opts.buffer_scale)))).allocate()
 

@@ -16,7 +16,7 @@ ALL = sorted(registry.KERNELS)
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
-    """A fresh cache, so the kernels really compile here rather than come from an earlier session."""
+    """A fresh cache, so the kernels really compile here rather than come from an earlier run."""
     import os
 
     d = tmp_path_factory.mktemp("gtcache")

@@ -30,6 +30,7 @@ struct GtArgs {
   const int32_t* tile_order;   // persistent kernels: the tile (or cluster tile) ids in visiting order
   int32_t debug_fault;         // debug builds: 1 = the producer drops its first load (tests bounded waits)
   int32_t reserved;
+  void* workspace;             // GtPlan::workspace_bytes of device memory, zeroed once (null when 0 bytes)
 };
 
 // What the host needs to size buffers and describe the launch. Mirrors launch.py's GtPlan.
@@ -44,6 +45,7 @@ struct GtPlan {
   int32_t cluster;  // CTAs per cluster
   int32_t tiles;    // output tiles
   int32_t reserved;
+  int64_t workspace_bytes;  // device memory the kernel needs in GtArgs::workspace (0: none)
 };
 
 namespace gemmtrace::host {

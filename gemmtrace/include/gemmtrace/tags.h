@@ -8,8 +8,9 @@
 //   GT_TAG (ENUM_NAME, id, "trace name", "group")
 //
 // A tag's group says what a consumer/MMA warp is doing while the span is open; the analysis uses it
-// to attribute tensor-core gaps: wait (for data or a free stage), issue (TMA or other async work),
-// mma, epilogue, schedule, setup.
+// to attribute tensor-core gaps: wait (for data, a free stage or another CTA's partial tile), issue
+// (TMA or other async work), mma, epilogue (including a split tile's fix-up: storing a partial,
+// adding partials), schedule, setup.
 #pragma once
 
 #define GEMMTRACE_ROLES(X)                 \
@@ -26,4 +27,7 @@
   X(MMA, 5, "mma", "mma")                                   \
   X(EPILOGUE, 6, "epilogue", "epilogue")                    \
   X(SCHED_CLAIM, 7, "sched_claim", "schedule")              \
-  X(WAIT_ACCUM, 8, "wait_accum", "wait")
+  X(WAIT_ACCUM, 8, "wait_accum", "wait")                    \
+  X(PARTIAL_STORE, 9, "partial_store", "epilogue")          \
+  X(WAIT_PARTIAL, 10, "wait_partial", "wait")               \
+  X(REDUCE, 11, "reduce", "epilogue")

@@ -19,10 +19,20 @@
 //   __device__ bool claims() const;                  the producer records a sched_claim span per tile
 //   __device__ int index() const;                    position of the current tile in the tile order
 //   __device__ void on_exit();                       thread 0, after the cluster barrier at exit
+// A scheduler that hands out parts of a tile's k-loop (stream-K, v9_stream_k.cu) also declares
+// `static constexpr bool kSplitsK = true;` and provides
+//   static void plan(const GtArgs*, int units, int num_kb, int max_clusters, GtPlan*);  grid, buffer, workspace
+//   __device__ void k_range(int& kb_begin, int& kb_end) const;      the current unit's k-blocks
+//   __device__ void coords(uint32_t rank, int& m_block, int& n_block) const;  the current unit's tile
+//   __device__ bool fixup(acc, rank, cw, tile, rec, wg_sync, t&);   after the unit's last k-block
+//     retired: false when the tile is finished elsewhere (this unit's share went to the workspace),
+//     true when this consumer stores the tile (`acc` then holds the whole sum)
+// The others take every tile whole: the code below is then what it was without these hooks.
 #pragma once
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "gemmtrace/cluster.cuh"
 #include "gemmtrace/epilogue.cuh"
@@ -53,7 +63,13 @@ constexpr int kRecorderBytes = kRecorders * Recorder<true, kRecordRing>::kSmemBy
 // Shared memory: the pipeline, the tile scheduler's own (16-byte aligned), the profiler's rings.
 template <class TileScheduler>
 constexpr int smem_bytes() { return kPipelineBytes + (TileScheduler::kSmemBytes + 15) / 16 * 16 + kRecorderBytes; }
-enum BarrierId : uint32_t { kFullBarrier = 0, kEmptyBarrier = 1, kClaimedBarrier = 2, kReadBarrier = 3 };
+// What a bounded wait reports as its barrier (debug.cuh); kPartialFlag: a global flag (v9).
+enum BarrierId : uint32_t { kFullBarrier = 0, kEmptyBarrier = 1, kClaimedBarrier = 2, kReadBarrier = 3, kPartialFlag = 5 };
+
+template <class S, class = void>
+struct SplitsK : std::false_type {};
+template <class S>
+struct SplitsK<S, std::void_t<decltype(S::kSplitsK)>> : std::bool_constant<S::kSplitsK> {};
 
 // The static schedule of v6 and v7: cluster c of G visits entries c, c + G, c + 2G, ... of a tile
 // order, row order when there is none (v6) or the table the host built (v7, gemmtrace/tile_order.py).
@@ -95,6 +111,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     gemm_persistent(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                     const __grid_constant__ CUtensorMap tmap_c, const typename TileScheduler::Params sched_params,
                     int grid_m_pairs, int grid_n, int num_kb, ProfileBuffer prof) {
+  constexpr bool kSplitsK = SplitsK<TileScheduler>::value;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t stage0 = (smem_addr(smem_raw) + 1023) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t epi0 = stage0 + kStages * kStageBytes;
@@ -147,7 +164,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         // the claim's position in the tile order, so the trace holds the exact claim sequence.
         if (sched.claims()) t = rec.record(Tag::SCHED_CLAIM, t, tile, more ? uint32_t(sched.index()) : kNoKBlock);
         if (!more) break;
-        for (int kb = 0; kb < num_kb; ++kb, ++it) {
+        int kb0 = 0, kb1 = num_kb;  // the k-blocks of this tile to load: all, unless the scheduler splits K
+        if constexpr (kSplitsK) sched.k_range(kb0, kb1);
+        for (int kb = kb0; kb < kb1; ++kb, ++it) {
           const int s = it % kStages;
           const uint32_t parity = ((it / kStages) & 1) ^ 1;
           // A wait for a free stage is recorded only when the stage was not already free.
@@ -202,6 +221,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto wg_sync = [cw] { named_barrier_sync(1 + cw, 128); };
     while (sched.next_tile(false, issuer, rank, wg_sync, m_block, n_block)) {
       const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
+      int kb0 = 0, kb1 = num_kb;  // the k-blocks of this tile to compute: all, unless the scheduler splits K
+      if constexpr (kSplitsK) sched.k_range(kb0, kb1);
+      const int nkb = kb1 - kb0;
       // One clock read and one store per k-block in steady state: an MMA span runs from the
       // retirement of the k-block before (or the tile's first issue) to its own retirement.
       uint32_t mma_start = 0;
@@ -215,16 +237,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           mbarrier_wait(full(s), parity, WaitSite{uint32_t(Role::CONSUMER), kFullBarrier, tile, uint32_t(kb)});
           rec.record(Tag::WAIT_FULL, from, tile, kb);
         }
-        if (kb == 0) mma_start = rec.now();  // the tile's first issue
+        if (kb == kb0) mma_start = rec.now();  // the tile's first issue
         wgmma_fence();
 #pragma unroll
         for (int k16 = 0; k16 < BK / 16; ++k16)
           wgmma_bf16<BN>(acc, make_desc_sw128(smem_a(s) + cw * 64 * 128 + k16 * 32),
-                         make_desc_sw128(smem_b(s) + k16 * 32), (kb > 0 || k16 > 0) ? 1 : 0);
+                         make_desc_sw128(smem_b(s) + k16 * 32), (kb > kb0 || k16 > 0) ? 1 : 0);
         wgmma_commit();
         under_mma();
         wgmma_wait<1>();  // k-block it - 1 has retired; it stays queued
-        if (kb > 0) {
+        if (kb > kb0) {
           const uint32_t retired = rec.now();
           // Release stage it - 1 to both producers (the cluster barrier at exit keeps the peer alive).
           if (lane == 0) {
@@ -239,12 +261,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       };
 #pragma unroll
       for (int p = 0; p < kPanels; ++p)
-        if (p < num_kb) kblock(p, [&] { if (prev_m >= 0) store_panel(p); });
+        if (p < nkb) kblock(kb0 + p, [&] { if (prev_m >= 0) store_panel(p); });
       // The profiler copies its records out here, not while `packed` holds the previous tile.
-      for (int kb = kPanels; kb < num_kb; ++kb) kblock(kb, [&] { rec.poll(); });
+      for (int kb = kb0 + kPanels; kb < kb1; ++kb) kblock(kb, [&] { rec.poll(); });
 #pragma unroll
       for (int p = 0; p < kPanels; ++p)  // fewer k-blocks than panels: the rest of the previous epilogue
-        if (p >= num_kb && prev_m >= 0) store_panel(p);
+        if (p >= nkb && prev_m >= 0) store_panel(p);
       wgmma_wait<0>();
       fence_registers(acc);
       t = rec.now();  // the last k-block retired; the epilogue starts here
@@ -253,8 +275,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbarrier_arrive(empty(ps));
         mbarrier_arrive_cluster(empty(ps), peer);
       }
-      rec.record_span(Tag::MMA, mma_start, t, tile, num_kb - 1);
+      rec.record_span(Tag::MMA, mma_start, t, tile, kb1 - 1);
       rec.poll();
+      if constexpr (kSplitsK) {
+        // The previous tile's panels are all stored by now, so nothing is pending when this unit
+        // hands its share of the tile to another CTA instead of storing it.
+        if (!sched.fixup(acc, rank, cw, tile, rec, wg_sync, t)) {
+          prev_m = -1;
+          continue;
+        }
+        sched.coords(rank, m_block, n_block);  // recomputed rather than held through the mainloop
+      }
       pack_fragment_bf16<BN>(acc, packed);
       prev_m = m_block, prev_n = n_block, epi_start = t;
     }
@@ -296,6 +327,7 @@ int plan(const GtArgs* args, GtPlan* p, char* err, int errlen) {
   p->stages = kStages;
   p->cluster = kCluster;
   p->tiles = units * kCluster;
+  if constexpr (SplitsK<TileScheduler>::value) TileScheduler::plan(args, units, num_kb, std::max(1, sms / kCluster), p);
   return 0;
 }
 

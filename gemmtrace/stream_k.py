@@ -1,0 +1,108 @@
+"""The stream-K partition of kernel v9 (gemmtrace/kernels/sm90/v9_stream_k.cu), in Python.
+
+The kernel's C++ is the authority; this mirror lets tests check the rule's properties on the CPU
+(every k-block of every tile covered exactly once, equal work per cluster, a fixed reduction order,
+waits that cannot form a cycle) and lets the analysis and what-if tools know which cluster did which
+part of which tile. tests/test_stream_k.py also checks it against the built library's own partition.
+
+Work is counted in cluster tiles (two vertically adjacent 128x256 tiles sharing B, the unit of the
+tile order) and clusters ("workers"); a unit is (entry in the tile order, first k-block, end k-block).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# Time to move one warpgroup's 64x256 fp32 partial through L2, in k-blocks of mainloop time.
+FIXUP_KBLOCKS = 2
+_MAX_SPLIT_ITERS = 1 << 30  # beyond this many split k-blocks the kernel keeps every tile whole
+
+
+@dataclass(frozen=True)
+class Partition:
+    units: int  # cluster tiles
+    num_kb: int  # k-blocks a tile
+    workers: int  # clusters launched
+    dp_tiles: int  # entries [0, dp_tiles) are whole tiles; the rest are split
+    sk_base: int  # split k-blocks per cluster ...
+    sk_extra: int  # ... plus one for clusters below this
+
+    @property
+    def split(self) -> bool:
+        return self.dp_tiles < self.units
+
+    def sk_begin(self, w: int) -> int:
+        return w * self.sk_base + min(w, self.sk_extra)
+
+    def owner(self, g: int) -> int:
+        """The cluster whose range holds split k-block g."""
+        big = self.sk_extra * (self.sk_base + 1)
+        return g // (self.sk_base + 1) if g < big else self.sk_extra + (g - big) // self.sk_base
+
+    def units_of(self, w: int) -> list[tuple[int, int, int]]:
+        """Cluster w's units in the order it runs them: whole tiles, then its range of split k-blocks."""
+        out = [(e, 0, self.num_kb) for e in range(w, self.dp_tiles, self.workers)]
+        g, g_end = self.sk_begin(w), self.sk_begin(w + 1)
+        while g < g_end:
+            t, kb = divmod(g, self.num_kb)
+            end = min(self.num_kb, kb + g_end - g)
+            out.append((self.dp_tiles + t, kb, end))
+            g += end - kb
+        return out
+
+    def last_partner(self, entry: int) -> int:
+        """The last cluster holding a segment of split tile `entry`."""
+        return self.owner((entry - self.dp_tiles + 1) * self.num_kb - 1)
+
+    def segments(self, entry: int) -> list[tuple[int, int, int]]:
+        """(cluster, first k-block, end k-block) of every segment of tile `entry`, in k order: the
+        order in which the first segment's cluster adds the others' partials to its own."""
+        if entry < self.dp_tiles:
+            return [(entry % self.workers, 0, self.num_kb)]
+        g0 = (entry - self.dp_tiles) * self.num_kb
+        first = self.owner(g0)
+        out = []
+        for w in range(first, self.last_partner(entry) + 1):
+            lo = max(g0, self.sk_begin(w)) - g0
+            hi = min(g0 + self.num_kb, self.sk_begin(w + 1)) - g0
+            out.append((w, lo, hi))
+        return out
+
+
+def partition(units: int, num_kb: int, max_workers: int) -> Partition:
+    """The rule (the kernel's make_partition): whole tiles when the tiles fill whole waves; else the
+    last (units mod W) + W tiles (all of them when units < W) split into equal ranges of k-blocks,
+    one per cluster (at most sqrt(num_kb / 2) segments a tile when tiles are few), if that beats
+    whole tiles on the busiest cluster counting FIXUP_KBLOCKS per partial moved."""
+    w_all = max(1, max_workers)
+    whole = Partition(units, num_kb, min(units, w_all), units, 0, 0)
+    rest = units % w_all
+    if rest == 0:
+        return whole
+    split_tiles = rest + w_all if units > w_all else units
+    max_segments = max(1, math.isqrt(num_kb // FIXUP_KBLOCKS))
+    workers = min(w_all, split_tiles * max_segments)
+    iters = split_tiles * num_kb
+    if iters > _MAX_SPLIT_ITERS:
+        return whole
+    busiest = -(-iters // workers) + FIXUP_KBLOCKS * -(-workers // split_tiles)
+    if busiest >= -(-split_tiles // w_all) * num_kb:
+        return whole
+    return Partition(units, num_kb, workers, units - split_tiles, iters // workers, iters % workers)
+
+
+def for_shape(m: int, n: int, k: int, sms: int = 132, tile: tuple[int, int, int] = (128, 256, 64),
+              cluster: int = 2) -> Partition:
+    """The partition v9 uses for an (M, N, K) GEMM on `sms` SMs (or a max_ctas cap)."""
+    bm, bn, bk = tile
+    units = math.ceil(math.ceil(m / bm) / cluster) * math.ceil(n / bn)
+    return partition(units, math.ceil(k / bk), max(1, sms // cluster))
+
+
+def workspace_bytes(p: Partition, cluster: int = 2, consumers: int = 2, slot_floats: int = 64 * 256) -> int:
+    """Device memory v9 needs for `p`: a flag per (cluster, rank, consumer warpgroup), padded to 1 KB,
+    then one fp32 slot for each."""
+    if not p.split:
+        return 0
+    slots = p.workers * cluster * consumers
+    return -(-slots * 4 // 1024) * 1024 + slots * slot_floats * 4

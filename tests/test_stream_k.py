@@ -1,0 +1,127 @@
+"""The stream-K partition of v9 (gemmtrace/stream_k.py, mirroring v9_stream_k.cu): on the CPU."""
+import ctypes
+
+import pytest
+
+from gemmtrace.stream_k import Partition, for_shape, partition, workspace_bytes
+
+SHAPES = [
+    (256, 256, 16384), (512, 1024, 8192), (64, 8192, 4096), (256, 14336, 4096), (8192, 128, 8192),
+    (2048, 2048, 2048), (3072, 3072, 3072), (4160, 4160, 4160), (6144, 6144, 1096), (4096, 28672, 8192),
+    (4096, 4096, 4096), (8192, 8192, 8192), (1000, 1000, 1000), (333, 1032, 712), (128, 128, 64), (256, 256, 64),
+    (128, 256, 128),
+]
+# (units, k-blocks, clusters): edge cases of the rule itself
+GRID = [(u, kb, w) for u in (1, 2, 5, 31, 65, 66, 67, 131, 132, 133, 200, 1000) for kb in (1, 2, 3, 7, 64, 65, 256)
+        for w in (1, 3, 66)]
+
+
+def all_partitions():
+    return [for_shape(*s) for s in SHAPES] + [partition(*g) for g in GRID]
+
+
+def check(p: Partition):
+    units = {w: p.units_of(w) for w in range(p.workers)}
+    # every k-block of every tile exactly once, no empty unit
+    seen = {}
+    for w, us in units.items():
+        for e, lo, hi in us:
+            assert 0 <= e < p.units and 0 <= lo < hi <= p.num_kb, (w, e, lo, hi)
+            for kb in range(lo, hi):
+                assert (e, kb) not in seen, f"tile {e} k-block {kb} twice"
+                seen[e, kb] = w
+    assert len(seen) == p.units * p.num_kb
+    # equal work: whole tiles in whole waves, split k-blocks differing by at most one
+    dp = [sum(1 for e, lo, hi in us if e < p.dp_tiles) for us in units.values()]
+    sk = [sum(hi - lo for e, lo, hi in us if e >= p.dp_tiles) for us in units.values()]
+    if p.split:
+        assert p.dp_tiles % p.workers == 0 and max(dp) == min(dp)
+        assert max(sk) - min(sk) <= 1 and min(sk) >= 1
+    else:
+        assert max(dp) - min(dp) <= 1 and sum(sk) == 0
+    for w, us in units.items():
+        split = [u for u in us if u[0] >= p.dp_tiles and (u[1], u[2]) != (0, p.num_kb)]
+        partials = [u for u in split if u[1] > 0]
+        finishing = [u for u in split if u[1] == 0]
+        # at most one partial, and it is the cluster's first split unit: nothing before it waits
+        assert len(partials) <= 1
+        if partials:
+            assert partials[0] == next(u for u in us if u[0] >= p.dp_tiles)
+        # at most one waiting unit, the cluster's last; it waits only on later clusters
+        assert len(finishing) <= 1
+        if finishing:
+            assert finishing[0] == us[-1]
+            assert p.last_partner(finishing[0][0]) > w
+    # the reduction order: the segments of a split tile in k order, on consecutive clusters
+    for e in range(p.dp_tiles, p.units):
+        segs = p.segments(e)
+        assert [s[0] for s in segs] == list(range(segs[0][0], segs[0][0] + len(segs)))
+        assert segs[0][1] == 0 and segs[-1][2] == p.num_kb
+        assert all(a[2] == b[1] for a, b in zip(segs, segs[1:]))
+        for w, lo, hi in segs:
+            assert (e, lo, hi) in units[w]
+
+
+@pytest.mark.parametrize("p", all_partitions(), ids=lambda p: f"u{p.units}-kb{p.num_kb}-w{p.workers}")
+def test_partition_covers_balances_and_orders(p):
+    check(p)
+
+
+def test_rule_on_the_shapes_it_is_for():
+    # 2 tiles of 128x256 (one cluster tile): 11 segments of 23-24 k-blocks instead of 256 on one cluster
+    p = for_shape(256, 256, 16384)
+    assert (p.workers, p.dp_tiles, len(p.segments(0))) == (11, 0, 11)
+    # whole waves stay whole: 4160^3 has 289 cluster tiles = 4 x 66 + 25; the last 25 + 66 are split
+    p = for_shape(4160, 4160, 4160)
+    assert (p.workers, p.dp_tiles) == (66, 198)
+    assert max(sum(hi - lo for _, lo, hi in p.units_of(w)) for w in range(66)) == 285  # v8: 5 tiles = 325
+    # tiles that fill whole waves, or splits that do not pay: every tile whole
+    assert not for_shape(2048, 2048, 2048).split and not for_shape(128, 128, 64).split
+    assert not partition(132, 64, 66).split
+
+
+def test_deterministic():
+    assert for_shape(4160, 4160, 4160) == for_shape(4160, 4160, 4160)
+
+
+def test_workspace_size():
+    assert workspace_bytes(for_shape(2048, 2048, 2048)) == 0
+    p = for_shape(256, 256, 16384)
+    assert workspace_bytes(p) == 1024 + 11 * 4 * 64 * 256 * 4
+
+
+@pytest.fixture(scope="module")
+def v9():
+    from gemmtrace.build import build
+    from gemmtrace.launch import KernelLibrary
+
+    lib = KernelLibrary(build("v9").library, "v9")
+    fn = lib._lib.gt_stream_k_units
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int32), ctypes.c_int]
+    return lib, fn
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("sms", [132, 114])
+def test_kernel_partition_matches_the_model(v9, shape, sms):
+    lib, fn = v9
+    args = lib.args(*shape, num_sms=sms)
+    plan = lib.plan(args)
+    p = for_shape(*shape, sms=sms)
+    assert plan.grid_ctas == 2 * p.workers
+    assert plan.workspace_bytes == workspace_bytes(p)
+    buf = (ctypes.c_int32 * 3 * 64)()
+    for w in range(p.workers):
+        n = fn(ctypes.addressof(args), w, ctypes.cast(buf, ctypes.POINTER(ctypes.c_int32)), 64)
+        want = p.units_of(w)
+        assert n == len(want)
+        got = [tuple(buf[i]) for i in range(min(n, 64))]
+        assert got == want[:64], (w, got, want)
+
+
+def test_other_kernels_need_no_workspace(v9):
+    from gemmtrace.build import build
+    from gemmtrace.launch import KernelLibrary
+
+    lib = KernelLibrary(build("v8").library, "v8")
+    assert lib.plan(lib.args(256, 256, 16384, num_sms=132)).workspace_bytes == 0
