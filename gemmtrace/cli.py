@@ -136,8 +136,11 @@ def run_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print results as JSON instead of a table."),
     inject_hang: bool = typer.Option(False, "--inject-hang", hidden=True,
                                      help="With --debug: the producer drops its first load, to show a bounded wait firing."),
+    validate_runs: bool = typer.Option(False, "--validate", help="Validate each saved run against Nsight Compute "
+                                       "(needs ncu; see gemmtrace validate)."),
 ) -> None:
-    """Build, check against torch, time against cuBLAS (same process), and save a trace of one launch."""
+    """Build, check against torch, time against cuBLAS (same process), and save a trace of one launch;
+    print each run's top findings (all of them: gemmtrace explain)."""
     import json
 
     from .runner import RunOptions, default_run_folder, run_kernel, save_and_export
@@ -154,13 +157,18 @@ def run_cmd(
                 status.update(f"saving {r.scheduler} run")
                 save_and_export(r, default_run_folder(out, opts, r.scheduler), formats=() if no_export else ("perfetto", "chrome"))
         all_results.extend(results)
+    if validate_runs:
+        _validate_saved(all_results)
     if json_out:
         print(json.dumps([{"folder": str(r.folder), **r.run.meta["timings"], "check": r.run.meta["check"],
-                           "profiler": r.run.meta["profiler"]} for r in all_results], indent=2))
+                           "profiler": r.run.meta["profiler"],
+                           **({"validation": r.run.meta["validation"]} if "validation" in r.run.meta else {})}
+                          for r in all_results], indent=2))
     else:
         console.print(results_table(all_results))
         for r in all_results:
             console.print(f"run saved in [bold]{r.folder}[/]" + "".join(f"\n  {p}" for p in r.exports.values()))
+        _print_findings([r.run for r in all_results])
     from .trace import trust_warnings
 
     for r in all_results:
@@ -172,6 +180,38 @@ def run_cmd(
             err_console.print(f"  (gemmtrace run: --buffer-scale {scale:.2f} or more)")
     if len(all_results) > 1 and len({r.scheduler for r in all_results}) > 1:
         _print_sched_comparison(all_results)
+
+
+def _validate_saved(results) -> None:
+    """Validate each saved run against ncu; without ncu, one warning and no validation."""
+    from .validate import find_ncu, validate
+
+    try:
+        find_ncu()
+    except GemmtraceError as e:
+        err_console.print(f"[yellow]warning:[/] runs not validated: {e}", highlight=False)
+        return
+    for r in results:
+        try:
+            with console.status(f"validating {r.run.label} under ncu"):
+                validate(r.run)
+        except GemmtraceError as e:
+            err_console.print(f"[yellow]warning:[/] {r.run.label} not validated: {e}", highlight=False)
+
+
+def _print_findings(runs) -> None:
+    """Each run's top findings and its validation, when it has one; a run the analysis cannot read is a warning."""
+    from .analysis.findings import explain
+    from .analysis.tables import validation_table
+
+    for run in runs:
+        try:
+            console.print(explain(run).short(), markup=False, highlight=False)
+        except GemmtraceError as e:
+            err_console.print(f"[yellow]warning:[/] no findings for {run.label}: {e}", highlight=False)
+        validated = validation_table(run.meta.get("validation"), run.label)
+        if validated is not None:
+            console.print(validated)
 
 
 def results_table(results) -> Table:
@@ -294,17 +334,24 @@ def analyze_cmd(
     tables: bool = typer.Option(False, "--tables", help="With --json: include a(t), the per-SM and per-tile tables."),
     per_sm: bool = typer.Option(False, "--per-sm", help="Also print the per-SM table (busy time, tiles, finish)."),
 ) -> None:
-    """Tensor-core idle time, epilogue overlap, occupancy, tail wave and load balance of saved runs."""
+    """Tensor-core idle time, epilogue overlap, occupancy, tail wave and load balance of saved runs,
+    each run's top findings first (all of them: gemmtrace explain)."""
     from .analysis import compute_metrics
-    from .analysis.tables import metrics_table, per_sm_table
+    from .analysis.findings import explain
+    from .analysis.tables import metrics_table, per_sm_table, validation_table
 
-    metrics = [compute_metrics(r) for r in _load_runs(runs, sample)]
+    loaded = _load_runs(runs, sample)
+    metrics = [compute_metrics(r) for r in loaded]
     if json_out:
         out = [m.to_dict(tables=tables) for m in metrics]
         _print_json(out[0] if len(out) == 1 else out)
         return
-    for m in metrics:
+    for run, m in zip(loaded, metrics):
+        console.print(explain(run, m).short(), markup=False, highlight=False)
         console.print(metrics_table(m))
+        validated = validation_table(run.meta.get("validation"), m.label)
+        if validated is not None:
+            console.print(validated)
         if per_sm:
             console.print(per_sm_table(m))
 
@@ -368,6 +415,62 @@ def simulate_cmd(
         return
     for s in sims:
         console.print(simulation_table(s))
+
+
+@app.command("explain")
+def explain_cmd(
+    runs: Optional[List[str]] = typer.Argument(None, help="One run folder, or two (A B) to explain why B is faster "
+                                               "or slower than A (with --sample: bundled sample names).",
+                                               show_default=False),
+    sample: bool = typer.Option(False, "--sample", help=_SAMPLE_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print the findings as JSON instead of words."),
+) -> None:
+    """What holds a run back, in words: ranked findings with where, why, what to try and the saving the
+    what-if model estimates (docs/findings.md). Two runs: why B is faster or slower than A."""
+    from .analysis.findings import explain_runs
+
+    explanation = explain_runs(_load_runs(runs, sample))
+    if json_out:
+        _print_json(explanation.to_dict())
+    else:
+        console.print(explanation.text(), markup=False, highlight=False)
+
+
+@app.command("validate")
+def validate_cmd(
+    run: Path = typer.Argument(..., help="A saved run folder of a kernel gemmtrace builds."),
+    ncu: Optional[Path] = typer.Option(None, "--ncu", help="The ncu binary (default: $GEMMTRACE_NCU, PATH, /usr/local/cuda/bin)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+) -> None:
+    """Launch the run's kernel once more under Nsight Compute and compare the trace's duration and
+    tensor-core busy with ncu's counters; the result is stored in the run's meta.json. Exits 3 when a
+    figure is outside its tolerance (docs/findings.md, Validation)."""
+    from .analysis.tables import validation_table
+    from .validate import validate
+
+    with console.status("profiling one launch under ncu"):
+        result = validate(run, ncu)
+    if json_out:
+        _print_json(result)
+    else:
+        console.print(validation_table(result, str(run)))
+        console.print(f"stored in {result.get('stored_in', run / 'meta.json')}", markup=False, highlight=False)
+    if not result["ok"]:
+        raise typer.Exit(3)
+
+
+@app.command("_launch-once", hidden=True)
+def launch_once_cmd(
+    kernel: str = typer.Option(..., "--kernel", "-k"),
+    shape: str = typer.Option(..., "--shape", "-s"),
+    sched: str = typer.Option("static", "--sched"),
+    order: str = typer.Option("row", "--order"),
+    debug: bool = typer.Option(False, "--debug"),
+) -> None:
+    """One profiled launch of a kernel, nothing checked, timed or saved: what `validate` runs under ncu."""
+    from .validate import launch_once
+
+    launch_once(kernel, parse_shape(shape), sched, order, debug)
 
 
 def main() -> None:

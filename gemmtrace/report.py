@@ -26,7 +26,8 @@ import numpy as np
 from . import __version__
 from .analysis import compare, compute_metrics
 from .analysis.metrics import Metrics, scalar_specs
-from .analysis.tables import format_delta, format_value
+from .analysis.findings import explain, explain_pair
+from .analysis.tables import format_delta, format_value, validation_rows
 from .analysis.timeline import role_timeline
 from .paths import GemmtraceError
 
@@ -47,6 +48,7 @@ GROUP_COLORS = {
 RUN_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 OCCUPANCY_MAX_POINTS = 20_000  # beyond this, a(t) is drawn as its time-weighted mean over bins
 TIMELINE_BINS = 600
+FIGURE_ANCHOR = "fig-"  # each figure's heading is <h2 id="fig-<key>">: findings link to it
 STATUS_ID = "gemmtrace-status"  # the page writes here whether every figure rendered (tests read it)
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 
@@ -259,6 +261,10 @@ table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
 th, td { border-bottom: 1px solid #ddd; padding: 3px 10px; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 td.flag-yes { color: #888; } .note { color: #666; font-size: 0.85em; }
+div.finding { border-left: 4px solid #d62728; padding: 2px 12px; margin: 10px 0; }
+div.finding.trust { border-left-color: #ff7f0e; } div.finding dl { margin: 4px 0; font-size: 0.9em; }
+div.finding dt { float: left; width: 4.5em; color: #666; } div.finding dd { margin-left: 5em; }
+p.headline { font-size: 1.0em; } p.healthy { border-left: 4px solid #2ca02c; padding: 2px 12px; }
 """
 
 
@@ -273,6 +279,8 @@ def render_html(runs: list, title: str | None = None) -> tuple[str, list[ReportF
     figures = build_figures(runs, metrics, labels)
     title = title or ("gemmtrace report: " + " vs ".join(labels))
     ids = [f"gt-fig-{f.key}" for f in figures]
+    pair = explain_pair(runs[0], runs[1], comparison) if len(runs) == 2 else None
+    explanations = [pair.a, pair.b] if pair else [explain(r, m) for r, m in zip(runs, metrics)]
     parts = [
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style>",
@@ -281,13 +289,16 @@ def render_html(runs: list, title: str | None = None) -> tuple[str, list[ReportF
         "</head><body>",
         f"<h1>{html.escape(title)}</h1>",
         f"<p class=\"note\">gemmtrace {html.escape(__version__)}; times are ns from each run's T0; "
-        "P = the device's SMs, D = T1 − T0 of the trace. Definitions: docs/metrics.md.</p>",
+        "P = the device's SMs, D = T1 − T0 of the trace. Definitions: docs/metrics.md; findings: "
+        "docs/findings.md.</p>",
+        _findings_html(explanations, labels, pair, {f.key: f.title for f in figures}),
         _runs_table(runs, labels),
+        _validation_html(runs, labels),
         _comparison_table(comparison) if comparison else _metrics_table(metrics[0]),
     ]
     config = {"displaylogo": False, "responsive": True}
     for fig, div_id in zip(figures, ids):
-        parts.append(f"<h2>{html.escape(fig.title)}</h2>")
+        parts.append(f"<h2 id=\"{FIGURE_ANCHOR}{fig.key}\">{html.escape(fig.title)}</h2>")
         parts.append(f"<p class=\"caption\">{html.escape(fig.caption)}</p>")
         parts.append(fig.figure.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=config,
                                         default_height=f"{fig.height}px"))
@@ -295,6 +306,44 @@ def render_html(runs: list, title: str | None = None) -> tuple[str, list[ReportF
     parts.append(f"<script>{_STATUS_CHECK % (json.dumps(ids), STATUS_ID)}</script>")
     parts.append("</body></html>\n")
     return "\n".join(parts), figures
+
+
+def _findings_html(explanations, labels, pair, figure_titles: dict[str, str]) -> str:
+    """The findings of each run (and, for two, why B differs from A), each linked to its figure."""
+    parts = ["<h2 id=\"findings\">Findings</h2>"]
+    if pair is not None:
+        parts.append(f"<p class=\"headline\"><b>A</b> = {html.escape(labels[0])}; <b>B</b> = {html.escape(labels[1])}.</p>")
+        parts += [f"<p class=\"headline\">{html.escape(s)}</p>" for s in (pair.verdict, *pair.sentences)]
+    for i, (ex, label) in enumerate(zip(explanations, labels)):
+        if len(explanations) > 1:
+            parts.append(f"<h3>{html.escape(label)}</h3>")
+        parts.append(f"<p class=\"headline{' healthy' if ex.healthy else ''}\">{html.escape(ex.headline)}</p>")
+        for rank, f in enumerate(ex.findings, 1):
+            key = f"timeline-{i + 1}" if f.figure == "timeline" else f.figure
+            link = (f" <a href=\"#{FIGURE_ANCHOR}{key}\">(figure: {html.escape(figure_titles[key])})</a>"
+                    if key in figure_titles else "")
+            rows = [("what", f.what), ("where", f.where.text), ("why", f.why), ("try", f.remedy)]
+            if f.estimate:
+                rows.append(("saves", f.estimate["text"]))
+            body = "".join(f"<dt>{k}</dt><dd>{html.escape(v)}</dd>" for k, v in rows if v)
+            parts.append(f"<div class=\"finding {html.escape(f.kind)}\" id=\"finding-{i + 1}-{rank}\">"
+                         f"<b>{rank}. {html.escape(f.title)}</b> — {html.escape(f.size)}{link}<dl>{body}</dl></div>")
+    return "\n".join(parts)
+
+
+def _validation_html(runs, labels) -> str:
+    """The trace against Nsight Compute, for the runs validated with gemmtrace validate."""
+    parts = []
+    for run, label in zip(runs, labels):
+        rows = validation_rows(run.meta.get("validation") if isinstance(run.meta, dict) else None)
+        if not rows:
+            continue
+        ok = run.meta["validation"].get("ok")
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+        parts.append(f"<p>Validated against Nsight Compute: {html.escape(label)} "
+                     f"({'within tolerance' if ok else 'OUTSIDE tolerance'}).</p>"
+                     f"<table><tr><th>quantity</th><th>trace</th><th>ncu</th><th>difference</th></tr>{body}</table>")
+    return "\n".join(parts)
 
 
 def _runs_table(runs, labels) -> str:

@@ -1,5 +1,6 @@
 """Metrics of a run computed from its spans alone, comparison of runs, and their tables."""
 from .compare import Comparison, ComparisonRow, compare
+from .findings import Explanation, Finding, PairExplanation, explain, explain_pair, find
 from .metrics import (
     GAP_PRIORITY,
     UNATTRIBUTED,
@@ -25,9 +26,12 @@ __all__ = [
     "Comparison",
     "ComparisonRow",
     "EpilogueOverlap",
+    "Explanation",
+    "Finding",
     "LoadBalance",
     "Metrics",
     "Occupancy",
+    "PairExplanation",
     "RoleTimeline",
     "ScalarSpec",
     "Schedule",
@@ -36,6 +40,9 @@ __all__ = [
     "TensorCoreIdle",
     "compare",
     "compute_metrics",
+    "explain",
+    "explain_pair",
+    "find",
     "metrics_metadata",
     "occupancy_curve",
     "role_timeline",

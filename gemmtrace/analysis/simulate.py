@@ -458,12 +458,13 @@ def workers_for(service: TileService, recorded_sm_count: int, sm_count: int) -> 
 
 
 def simulate(run, sms: int | None = None, schedulers=SCHEDULERS, *, workers: int | None = None,
-             claim_ns: int | None = None) -> Simulation:
+             claim_ns: int | None = None, metrics=None) -> Simulation:
     """Predict makespan, occupancy and tail of `run`'s tiles under each scheduler on `sms` SMs.
 
     sms: the SM count to replay on (default: the run's device). workers: CTAs of a persistent
     kernel (default: what its grid rule gives on `sms` SMs; whole clusters). claim_ns: what a
     dynamic claim costs each unit (default: as measured; zero for a run that made no claims).
+    metrics: the run's compute_metrics(run), when the caller has it already (saves computing it twice).
     """
     schedulers = tuple(schedulers)
     bad = [s for s in schedulers if s not in SCHEDULERS]
@@ -493,7 +494,7 @@ def simulate(run, sms: int | None = None, schedulers=SCHEDULERS, *, workers: int
     replayed = _schedule(service, own, recorded_p, len(service.ready_ns), measured_ms)
     schedules = tuple(_schedule(service, s, p, n_workers, measured_ms, claim_ns) for s in schedulers)
     d = service.duration_ns
-    m = compute_metrics(run)
+    m = metrics if metrics is not None else compute_metrics(run)
     per_slot = service.tiles.groupby(service.tiles["sm"]).size()
     measured = {
         "makespan_ns": d,

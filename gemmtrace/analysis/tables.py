@@ -178,3 +178,40 @@ def simulation_table(sim: Simulation) -> Table:
     for s in sim.schedules:
         row(f"model: {s.scheduler}", s.sm_count, s.workers, s.scalars())
     return table
+
+
+def validation_rows(validation) -> list[tuple[str, str, str, str]]:
+    """(quantity, trace, ncu, difference and verdict) rows of a run's meta["validation"] (see
+    gemmtrace.validate); empty when the run was not validated."""
+    v = validation
+    if not isinstance(v, dict) or not isinstance(v.get("ncu_duration_ns"), (int, float)):
+        return []
+    tol = v.get("tolerance") if isinstance(v.get("tolerance"), dict) else {}
+
+    def verdict(ok) -> str:
+        return "within tolerance" if ok else "OUTSIDE tolerance"
+
+    rows = [
+        ("duration D vs gpu__time_duration", format_ns(v["trace_duration_ns"]), format_ns(v["ncu_duration_ns"]),
+         f"{100 * v['duration_diff']:+.2f} % ({verdict(v.get('duration_ok'))}: ±{100 * tol.get('duration', 0):.1f} %)"),
+        ("tensor-core busy vs tensor pipe active", f"{100 * v['trace_tc_busy']:.1f} %", f"{100 * v['ncu_tc_busy']:.1f} %",
+         f"{v['busy_diff_points']:+.1f} points ({verdict(v.get('busy_ok'))}: ±{tol.get('busy_points', 0):g})"),
+    ]
+    if v.get("sm_clock_hz"):
+        rows.append(("SM clock during the ncu launch", "—", f"{v['sm_clock_hz'] / 1e9:.2f} GHz", ""))
+    return rows
+
+
+def validation_table(validation, label: str = "") -> Table | None:
+    """The trace against Nsight Compute, or None when the run was not validated."""
+    rows = validation_rows(validation)
+    if not rows:
+        return None
+    ok = validation.get("ok")
+    table = Table(title=f"validated against Nsight Compute{': ' + label if label else ''} "
+                        f"({'within tolerance' if ok else 'OUTSIDE tolerance'})", title_justify="left")
+    for col in ("quantity", "trace", "ncu", "difference"):
+        table.add_column(col, justify="left" if col == "quantity" else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table
