@@ -286,7 +286,8 @@ def test_run_script_end_to_end(script, tmp_path):
 @pytest.mark.gpu
 def test_cpp_only_end_to_end(tmp_path):
     out = subprocess.run(["bash", str(CPP_ONLY / "run.sh"), "--shape", "1000x520x264", "--out", str(tmp_path)],
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "GEMMTRACE": f"{sys.executable} -m gemmtrace"})
     assert out.returncode == 0, out.stdout + out.stderr
     assert "max abs error" in out.stdout and "profiler overhead" in out.stdout
     _analyzes(tmp_path / "run")

@@ -23,14 +23,16 @@ n="${n:-$m}"; k="${k:-$m}"
 
 nvcc="${NVCC:-nvcc}"
 command -v "$nvcc" > /dev/null || { echo "error: nvcc was not found: install the CUDA toolkit or set NVCC." >&2; exit 1; }
-command -v gemmtrace > /dev/null || { echo "error: the gemmtrace command was not found: pip install gemmtrace." >&2; exit 1; }
+# $GEMMTRACE overrides the command (e.g. "python3 -m gemmtrace" where the console script is not on PATH).
+read -r -a gemmtrace <<< "${GEMMTRACE:-gemmtrace}"
+command -v "${gemmtrace[0]}" > /dev/null || { echo "error: the gemmtrace command was not found: pip install gemmtrace." >&2; exit 1; }
 
 # The kernel is examples/ctypes_library/ws_gemm.cu, #included by main.cu; gemmtrace's headers come
 # from the installed package.
 mkdir -p "$here/build"
-"$nvcc" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a $(gemmtrace includes) -I"$here/../ctypes_library" \
+"$nvcc" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a $("${gemmtrace[@]}" includes) -I"$here/../ctypes_library" \
   "$here/main.cu" -o "$here/build/ws_gemm_cpp"
 
 "$here/build/ws_gemm_cpp" "$m" "$n" "$k" "$out/raw/ws_gemm"
-gemmtrace import "$out/raw/ws_gemm.json" -o "$out/run"
-gemmtrace analyze "$out/run"
+"${gemmtrace[@]}" import "$out/raw/ws_gemm.json" -o "$out/run"
+"${gemmtrace[@]}" analyze "$out/run"
