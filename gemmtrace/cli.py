@@ -428,7 +428,10 @@ def explain_cmd(
     """What holds a run back, in words: ranked findings with where, why, what to try and the saving the
     what-if model estimates (docs/findings.md). Two runs: why B is faster or slower than A."""
     from .analysis.findings import explain_runs
+    from .samples import scheduler_pair
 
+    if sample and not runs:  # the bundled static/dynamic pair: why the dynamic scheduler wins there
+        runs = scheduler_pair()
     explanation = explain_runs(_load_runs(runs, sample))
     if json_out:
         _print_json(explanation.to_dict())

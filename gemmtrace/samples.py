@@ -52,3 +52,13 @@ def load_samples(names: list[str] | None = None) -> list[Run]:
         if not names:
             raise GemmtraceError(f"no sample runs are bundled with this gemmtrace ({samples_dir()} holds none).")
     return [load_sample(n) for n in names]
+
+
+def scheduler_pair() -> list[str]:
+    """The bundled static/dynamic pair of one kernel and shape (what `explain --sample` explains by
+    default), or the first sample when there is no such pair; empty when none are bundled."""
+    names = sample_names()
+    for n in names:
+        if n.endswith("-static") and n[: -len("static")] + "dynamic" in names:
+            return [n, n[: -len("static")] + "dynamic"]
+    return names[:1]

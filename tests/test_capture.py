@@ -130,11 +130,16 @@ def test_metrics_read_groups_from_the_run_so_any_vocabulary_analyzes(header, tmp
 
 
 def test_runs_saved_without_a_vocabulary_still_load(tmp_path):
+    """A run folder as earlier versions wrote it: no vocabulary in meta.json."""
+    import shutil
+
     from gemmtrace.samples import sample_path
 
-    meta = json.loads((sample_path("v8-static") / "meta.json").read_text())
-    assert "vocabulary" not in meta  # recorded by an earlier version
-    run = gt.load(sample_path("v8-static"))
+    shutil.copytree(sample_path("v8-static"), tmp_path / "old")
+    meta = json.loads((tmp_path / "old" / "meta.json").read_text())
+    del meta["vocabulary"]
+    (tmp_path / "old" / "meta.json").write_text(json.dumps(meta))
+    run = gt.load(tmp_path / "old")
     assert run.tag_groups["mma"] == "mma" and run.vocabulary.source == "gemmtrace/tags.h"
     assert compute_metrics(run).tensor_core.busy_fraction > 0.5
 
