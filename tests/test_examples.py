@@ -251,7 +251,8 @@ def test_examples_find_gemmtrace_through_the_installed_package():
         assert "gemmtrace/include" not in text and "parents[" not in text, f"{path} reaches into the checkout"
     assert "gt.INCLUDE_DIR" in (TORCH_EXT / "run.py").read_text()
     assert "gt.INCLUDE_DIR" in (CTYPES_LIB / "build.py").read_text()
-    assert "$(gemmtrace includes)" in (CPP_ONLY / "run.sh").read_text()
+    script = (CPP_ONLY / "run.sh").read_text()  # the installed command (or $GEMMTRACE) gives the -I flag
+    assert '$("${gemmtrace[@]}" includes)' in script and '"${GEMMTRACE:-gemmtrace}"' in script
 
 
 @pytest.mark.parametrize("script", [TORCH_EXT / "run.py", CTYPES_LIB / "run.py"], ids=lambda p: p.parent.name)
