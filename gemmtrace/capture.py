@@ -59,9 +59,9 @@ def records_per_warp(*, capacity: int | None = None, spans_per_tile: int | None 
                              "(spans one warp records per tile, with tiles= for a persistent kernel).")
     if not isinstance(spans_per_tile, int) or spans_per_tile < 1:
         raise GemmtraceError(f"spans_per_tile must be a positive int, not {spans_per_tile!r}.")
-    tiles_per_cta = 1 if tiles is None else math.ceil(tiles / ctas)
     if tiles is not None and (not isinstance(tiles, int) or tiles < 1):
         raise GemmtraceError(f"tiles must be a positive int, not {tiles!r}.")
+    tiles_per_cta = 1 if tiles is None else math.ceil(tiles / ctas)
     return spans_per_tile * tiles_per_cta + RECORD_SLACK
 
 

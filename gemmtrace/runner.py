@@ -12,7 +12,6 @@ import datetime as _dt
 import math
 import os
 import platform
-import statistics
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ from .build import build, nvcc_version
 from .launch import ORDERS, SCHEDULERS, KernelLibrary, Plan
 from .paths import ROOT, GemmtraceError
 from .capture import Capture, capture
-from .timing import timing_summary
+from .timing import time_variants, timing_summary
 from .trace import Run
 
 BF16_TOLERANCE = 1e-2  # relative Frobenius error; bf16 output rounding alone gives ~2e-3
@@ -342,8 +341,6 @@ def run_kernel(opts: RunOptions, progress: Callable[[str], None] | None = None) 
         # Each launch takes the next input set by its launch index (no variant reads operands another
         # just pulled into L2); gemmtrace.timing holds the stream while a round is enqueued, so the
         # events bracket GPU work, not the host's launch path, and rotates the order every round.
-        from .timing import time_variants
-
         timed = []
         synced(lambda: timed.append(time_variants(variants, iters=opts.iters, warmup=opts.warmup)))
         samples = timed[0].samples

@@ -1,7 +1,6 @@
 """Profiling a user's own kernel without a GPU: its vocabulary, buffer sizing, decoding, and the
 C++-only raw format through `gemmtrace import`. (The examples' GPU tests run real kernels.)"""
 import json
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -183,6 +182,7 @@ def test_capacity_from_spans_per_tile_and_tiles():
     ({"ctas": 4, "regions_per_cta": 1}, "capacity="),
     ({"ctas": 4, "regions_per_cta": 1, "capacity": 4, "spans_per_tile": 2}, "not both"),
     ({"ctas": 4, "regions_per_cta": 1, "capacity": 4, "tags": 7}, "tags must be"),
+    ({"ctas": 4, "regions_per_cta": 1, "spans_per_tile": 2, "tiles": "many"}, "tiles must be"),
 ])
 def test_bad_capture_arguments_are_one_sentence(kwargs, needle):
     with pytest.raises(GemmtraceError, match=needle):
