@@ -68,6 +68,7 @@ class BenchRow:
     scheduler: str
     order: str
     result: RunResult
+    chosen: str | None = None  # `best`: what the rule ran and why
 
     def to_dict(self) -> dict:
         r = self.result
@@ -81,6 +82,9 @@ class BenchRow:
             "pct_of_cublas": t["pct_of_reference"], "profiler_overhead": t["profiler_overhead"],
             "rel_error": r.rel_error_plain, "rel_error_profiled": r.rel_error_profiled,
             "spans": int(len(r.run.spans)), "dropped": r.dropped,
+            **({"tile": r.run.meta["launch"]["tile"][:2], "cluster": r.run.meta["launch"]["cluster"]}
+               if "launch" in r.run.meta else {}),
+            **({"chosen": self.chosen} if self.chosen else {}),
         }
 
 
@@ -119,7 +123,7 @@ def run_bench(kernels: list[str], shapes: list[tuple[int, int, int]], schedulers
     `status` (what runs now, how many are done, how many in all) before each."""
     say = progress or (lambda _msg: None)
     for kernel in kernels:  # no GPU, or the wrong one: one sentence before anything is built
-        require_gpu(registry.get(kernel))
+        require_gpu(registry.get("v10" if kernel == registry.BEST else kernel))
     rows: list[BenchRow] = []
     skipped: list[dict] = []
     libs: dict = {}
@@ -129,17 +133,27 @@ def run_bench(kernels: list[str], shapes: list[tuple[int, int, int]], schedulers
             tag = f"[{done + 1}/{total}] {kernel} {_shape_str(shape)}"
             if status:
                 status(f"{kernel} {_shape_str(shape)}", done, total)
-            reason = plan_refusal(kernel, shape, schedulers, order, libs)
+            chosen = None
+            if kernel == registry.BEST:
+                from .choose import best_options
+
+                try:
+                    opts, choice = best_options(shape, iters=iters, warmup=warmup)
+                    reason, chosen = None, choice.label()
+                except GemmtraceError as e:
+                    reason = str(e)
+            else:
+                reason = plan_refusal(kernel, shape, schedulers, order, libs)
+                opts = RunOptions(kernel=kernel, shape=shape, schedulers=schedulers, order=order, iters=iters, warmup=warmup)
             if reason:
                 skipped.append({"kernel": kernel, "M": shape[0], "N": shape[1], "K": shape[2], "reason": reason})
                 say(f"{tag}: skipped ({reason.rstrip('.')})")
             else:
-                opts = RunOptions(kernel=kernel, shape=shape, schedulers=schedulers, order=order, iters=iters, warmup=warmup)
                 for res in run_kernel(opts):
-                    row = BenchRow(kernel, shape, res.scheduler, order, res)
+                    row = BenchRow(kernel, shape, res.scheduler, opts.order, res, chosen)
                     rows.append(row)
                     d = row.to_dict()
-                    say(f"{tag} {res.scheduler}: {d['kernel_ms']:.4f} ms, {d['tflops']:.0f} TFLOP/s, "
+                    say(f"{tag} {chosen or res.scheduler}: {d['kernel_ms']:.4f} ms, {d['tflops']:.0f} TFLOP/s, "
                         f"{100 * d['pct_of_cublas']:.1f}% of cuBLAS ({d['cublas_tflops']:.0f}), "
                         f"profiler {100 * d['profiler_overhead']:+.1f}%")
             done += 1

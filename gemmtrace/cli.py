@@ -80,9 +80,16 @@ def list_kernels() -> None:
     for col in ("kernel", "arch", "idea", "tile (BMxBNxBK)", "stages", "warps", "cluster", "roles", "schedulers", "orders"):
         t.add_column(col, overflow="fold")
     for k in registry.KERNELS.values():
-        t.add_row(k.name, k.arch, k.idea, k.tile_str, str(k.stages), str(k.warps), str(k.cluster), ", ".join(k.roles),
+        tile = k.tile_str if not k.tiles else "one of " + ", ".join(f"{i + 1}: {t}" for i, t in enumerate(k.tiles))
+        t.add_row(k.name, k.arch, k.idea, tile, str(k.stages), str(k.warps), str(k.cluster), ", ".join(k.roles),
                   ", ".join(k.schedulers), ", ".join(k.orders))
     console.print(t)
+    for k in registry.KERNELS.values():
+        if k.rule:
+            console.print(f"{k.name}'s rule: {k.rule}.", highlight=False)
+    from .choose import __doc__ as best_doc
+
+    console.print("best: " + " ".join(best_doc.split("\n\n")[1].split()), highlight=False)
 
 
 @app.command("build")
@@ -122,8 +129,11 @@ def build_cmd(
 
 @app.command("run")
 def run_cmd(
-    kernel: str = typer.Option("v1", "--kernel", "-k", help="Kernel to run (see `gemmtrace list`)."),
+    kernel: str = typer.Option("v1", "--kernel", "-k", help="Kernel to run (see `gemmtrace list`), or best: the rule "
+                               "picks kernel, tile, scheduler and order for each shape and says which."),
     shape: List[str] = typer.Option(["4096"], "--shape", "-s", help="N (square) or MxNxK; repeat for several shapes."),
+    tile: int = typer.Option(0, "--tile", help="Kernels with a tile family (v10): run tile N of the family "
+                             "(numbered from 1 as `gemmtrace list` shows them); 0: the kernel's rule picks."),
     sched: str = typer.Option("static", "--sched", help="Scheduler(s), comma-separated: static,dynamic (persistent kernels)."),
     order: str = typer.Option("row", "--order", help="Tile order: row, snake or hilbert (persistent kernels)."),
     iters: int = typer.Option(30, "--iters", help="Timed rounds (median is reported; at least 20)."),
@@ -146,13 +156,21 @@ def run_cmd(
     from .runner import RunOptions, default_run_folder, run_kernel, save_and_export
 
     shapes = [parse_shape(s) for s in shape]
+    if kernel == registry.BEST and (sched != "static" or order != "row" or tile):
+        raise GemmtraceError("--kernel best picks the scheduler, tile order and tile itself; drop --sched, --order and --tile.")
     all_results = []
     for shp in shapes:
-        opts = RunOptions(kernel=kernel, shape=shp, schedulers=_split(sched), order=order, iters=iters, warmup=warmup,
-                          seed=seed, debug=debug, buffer_scale=buffer_scale,
-                          debug_fault=int(inject_hang))
-        with console.status(f"{kernel} {shp[0]}x{shp[1]}x{shp[2]}") as status:
-            results = run_kernel(opts, progress=lambda msg: status.update(f"{kernel} {shp[0]}x{shp[1]}x{shp[2]}: {msg}"))
+        common = dict(iters=iters, warmup=warmup, seed=seed, debug=debug, buffer_scale=buffer_scale,
+                      debug_fault=int(inject_hang))
+        if kernel == registry.BEST:
+            from .choose import best_options
+
+            opts, choice = best_options(shp, **common)
+            console.print(f"best at {shp[0]}x{shp[1]}x{shp[2]}: [bold]{choice.label()}[/] ({choice.reason})", highlight=False)
+        else:
+            opts = RunOptions(kernel=kernel, shape=shp, schedulers=_split(sched), order=order, variant=tile, **common)
+        with console.status(f"{opts.kernel} {shp[0]}x{shp[1]}x{shp[2]}") as status:
+            results = run_kernel(opts, progress=lambda msg: status.update(f"{opts.kernel} {shp[0]}x{shp[1]}x{shp[2]}: {msg}"))
             for r in results:
                 status.update(f"saving {r.scheduler} run")
                 save_and_export(r, default_run_folder(out, opts, r.scheduler), formats=() if no_export else ("perfetto", "chrome"))
@@ -242,7 +260,8 @@ def _print_sched_comparison(results) -> None:
 
 @app.command("bench")
 def bench_cmd(
-    kernels: str = typer.Option("v1", "--kernels", "-k", help="Comma-separated kernels (see `gemmtrace list`)."),
+    kernels: str = typer.Option("v1", "--kernels", "-k", help="Comma-separated kernels (see `gemmtrace list`); best: "
+                                "the rule's choice for each shape."),
     shapes: Optional[List[str]] = typer.Option(None, "--shape", "-s", help="Shapes (N or MxNxK); given, they replace the suite."),
     suite: str = typer.Option("default", "--suite", help="Named shape list: default or shapes (see gemmtrace/bench.py SUITES)."),
     sched: str = typer.Option("static", "--sched", help="Scheduler(s), comma-separated."),
@@ -257,7 +276,8 @@ def bench_cmd(
 
     kernel_list = list(_split(kernels))
     for k in kernel_list:
-        registry.get(k)
+        if k != registry.BEST:
+            registry.get(k)
     shape_list = [parse_shape(s) for s in shapes] if shapes else suite_shapes(suite)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("bench", total=len(kernel_list) * len(shape_list))

@@ -35,7 +35,7 @@ class GtArgs(ctypes.Structure):
         ("max_ctas", ctypes.c_int32),
         ("tile_order", ctypes.c_void_p),
         ("debug_fault", ctypes.c_int32),
-        ("reserved", ctypes.c_int32),
+        ("variant", ctypes.c_int32),
         ("workspace", ctypes.c_void_p),
     ]
 
@@ -45,7 +45,7 @@ class GtPlan(ctypes.Structure):
         (name, ctypes.c_int32)
         for name in (
             "grid_ctas", "regions_per_cta", "records_per_region", "block_threads", "smem_bytes",
-            "tile_m", "tile_n", "tile_k", "stages", "cluster", "tiles", "reserved",
+            "tile_m", "tile_n", "tile_k", "stages", "cluster", "tiles", "variant",
         )
     ] + [("workspace_bytes", ctypes.c_int64)]
 
@@ -66,6 +66,8 @@ class Plan:
     # Device memory the kernel needs as GtArgs.workspace, zeroed once before its first launch (the
     # kernel leaves it as it found it); 0 for kernels that need none.
     workspace_bytes: int = 0
+    # Kernels with several builds of one idea (v10's tile family): the one that runs, 1-based; else 0.
+    variant: int = 0
 
     @classmethod
     def from_c(cls, p: GtPlan) -> "Plan":
@@ -104,6 +106,17 @@ class KernelLibrary:
         if self._lib.gt_plan(ctypes.byref(args), ctypes.byref(out), self._err, len(self._err)) != 0:
             raise GemmtraceError(f"kernel {self.kernel} cannot run M={args.m}, N={args.n}, K={args.k}: {self._err.value.decode()}.")
         return Plan.from_c(out)
+
+    def tile_family(self, args: GtArgs | None = None) -> list[tuple[tuple[int, int, int, int], float]]:
+        """A kernel with a family of tiles (v10): each tile as (BM, BN, cluster, stages) with its
+        rule's cost for `args`' shape (0.0 without a shape), in family order."""
+        fn = getattr(self._lib, "gt_tile_family", None)
+        if fn is None:
+            raise GemmtraceError(f"kernel {self.kernel} has no tile family.")
+        fn.argtypes = [ctypes.POINTER(GtArgs), ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_double)]
+        out, costs = (ctypes.c_int32 * 64)(), (ctypes.c_double * 16)()
+        n = fn(ctypes.byref(args) if args is not None else None, out, costs)
+        return [(tuple(out[4 * i:4 * i + 4]), float(costs[i])) for i in range(n)]
 
     def launch(self, args: GtArgs) -> None:
         if self._lib.gt_launch(ctypes.byref(args), self._err, len(self._err)) != 0:

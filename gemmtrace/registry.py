@@ -34,6 +34,11 @@ class KernelSpec:
     cluster: int = 1
     notes: str = ""
     extra_flags: tuple[str, ...] = field(default=())
+    # A family of tiles compiled into one library (v10), as "BMxBN/cN" (N CTAs a cluster), in the
+    # library's order; `tile`, `stages` and `cluster` then describe the first, the rule's choice on
+    # large shapes. Empty: one tile.
+    tiles: tuple[str, ...] = ()
+    rule: str = ""  # how the kernel picks among `tiles`, in words
 
     @property
     def path(self):
@@ -160,8 +165,36 @@ KERNELS: dict[str, KernelSpec] = {
             cluster=2,
             n_multiple=8,
         ),
+        KernelSpec(
+            name="v10",
+            source="sm90/v10_tile_family.cu",
+            arch="sm90a",
+            idea=(
+                "the tile shape chosen per problem from a family compiled once (128x256, 256x128, 128x128, 64x256; "
+                "clusters of one or two), with v9's stream-K where it pays"
+            ),
+            tile=(128, 256, 64),
+            stages=4,
+            threads=384,
+            roles=("producer", "consumer"),
+            orders=("row", "snake", "hilbert"),
+            cluster=2,
+            n_multiple=8,
+            tiles=("128x256/c2", "256x128/c2", "128x128/c2", "128x128/c1", "64x256/c1"),
+            rule=(
+                "for each tile, partition the work as the stream-K scheduler would (whole tiles for full waves, the "
+                "rest split only where that promises at least 10 % fewer k-blocks on the busiest cluster) and take "
+                "the k-blocks of the busiest cluster, counting 2 per partial "
+                "tile it moves; multiply by the tile's area over 128x256 and divide by its measured throughput "
+                "relative to 128x256; the smallest product wins, and a tile within 2 % of an earlier one in the list "
+                "loses to it"
+            ),
+        ),
     ]
 }
+
+# `--kernel best`: not a kernel of its own but a choice among them (gemmtrace/choose.py).
+BEST = "best"
 
 
 def get(name: str) -> KernelSpec:

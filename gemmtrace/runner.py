@@ -47,6 +47,8 @@ class RunOptions:
     time: bool = True
     max_ctas: int = 0
     debug_fault: int = 0  # debug builds only: 1 = drop the first load (shows a bounded wait firing)
+    variant: int = 0  # kernels with a tile family (v10): 0 = the kernel's rule, i = its i-th tile
+    chosen: str | None = None  # how `--kernel best` arrived at this run, recorded with it
 
     def __post_init__(self):
         registry.get(self.kernel)
@@ -71,6 +73,11 @@ class RunOptions:
             raise GemmtraceError("a debug fault can only be injected into a debug build (--debug).")
         if self.buffer_scale <= 0:
             raise GemmtraceError(f"buffer scale must be positive; got {self.buffer_scale}.")
+        if self.variant and not (1 <= self.variant <= len(spec.tiles)):
+            raise GemmtraceError(
+                f"kernel {self.kernel} has no tile {self.variant}"
+                + (f" (its tiles: {', '.join(f'{i + 1}={t}' for i, t in enumerate(spec.tiles))})." if spec.tiles else " (it has one tile).")
+            )
 
 
 @dataclass
@@ -223,7 +230,7 @@ class _Harness:
             profile=int(profile), tile_counter=self.counter.data_ptr(),
             hang_report=(self.hang.data_ptr() if self.hang is not None else None),
             stream=self.stream, num_sms=self.props.multi_processor_count, max_ctas=self.opts.max_ctas,
-            debug_fault=self.opts.debug_fault, tile_order=self.order_table(),
+            debug_fault=self.opts.debug_fault, tile_order=self.order_table(), variant=self.opts.variant,
             workspace=(self.workspaces[sched].data_ptr() if sched in self.workspaces else None),
         )
 
@@ -242,7 +249,8 @@ class _Harness:
 
     def plan(self, sched: str) -> Plan:
         return self.lib.plan(self.lib.args(self.m, self.n, self.k, sched=sched, order=self.opts.order,
-                                           num_sms=self.props.multi_processor_count, max_ctas=self.opts.max_ctas))
+                                           num_sms=self.props.multi_processor_count, max_ctas=self.opts.max_ctas,
+                                           variant=self.opts.variant))
 
     def launch(self, args) -> None:
         self.lib.launch(args)
@@ -279,7 +287,7 @@ def run_kernel(opts: RunOptions, progress: Callable[[str], None] | None = None) 
     lib = KernelLibrary(built.library, opts.kernel)
     # Shape check before any allocation: a shape the kernel cannot do is an error, not a launch.
     for sched in opts.schedulers:
-        lib.plan(lib.args(*opts.shape, sched=sched, order=opts.order))
+        lib.plan(lib.args(*opts.shape, sched=sched, order=opts.order, variant=opts.variant))
     say("allocating inputs")
     h = _Harness(torch, opts, lib)
     m, n, k = opts.shape
@@ -378,8 +386,10 @@ def run_kernel(opts: RunOptions, progress: Callable[[str], None] | None = None) 
             "launch": {
                 "grid_ctas": plan.grid_ctas, "block_threads": plan.block_threads, "smem_bytes": plan.smem_bytes,
                 "cluster": plan.cluster, "tile": [plan.tile_m, plan.tile_n, plan.tile_k], "stages": plan.stages,
-                "tiles": plan.tiles,
+                "tiles": plan.tiles, "workspace_bytes": plan.workspace_bytes,
+                **({"variant": plan.variant, "variant_forced": bool(opts.variant)} if plan.variant else {}),
             },
+            **({"chosen": opts.chosen} if opts.chosen else {}),
             "check": {
                 "rel_error_plain": errors.get((sched, False)),
                 "rel_error_profiled": errors.get((sched, True)),

@@ -1,4 +1,4 @@
-"""The stream-K partition of kernel v9 (gemmtrace/kernels/sm90/v9_stream_k.cu), in Python.
+"""The stream-K partition of kernels v9 and v10 (gemmtrace/kernels/sm90/stream_k.cuh), in Python.
 
 The kernel's C++ is the authority; this mirror lets tests check the rule's properties on the CPU
 (every k-block of every tile covered exactly once, equal work per cluster, a fixed reduction order,
@@ -69,11 +69,12 @@ class Partition:
         return out
 
 
-def partition(units: int, num_kb: int, max_workers: int) -> Partition:
+def partition(units: int, num_kb: int, max_workers: int, min_gain_pct: int = 0) -> Partition:
     """The rule (the kernel's make_partition): whole tiles when the tiles fill whole waves; else the
     last (units mod W) + W tiles (all of them when units < W) split into equal ranges of k-blocks,
     one per cluster (at most sqrt(num_kb / 2) segments a tile when tiles are few), if that beats
-    whole tiles on the busiest cluster counting FIXUP_KBLOCKS per partial moved."""
+    whole tiles on the busiest cluster counting FIXUP_KBLOCKS per partial moved, by at least
+    `min_gain_pct` percent of the whole-tile k-blocks (v9: 0; v10: 10)."""
     w_all = max(1, max_workers)
     whole = Partition(units, num_kb, min(units, w_all), units, 0, 0)
     rest = units % w_all
@@ -86,17 +87,20 @@ def partition(units: int, num_kb: int, max_workers: int) -> Partition:
     if iters > _MAX_SPLIT_ITERS:
         return whole
     busiest = -(-iters // workers) + FIXUP_KBLOCKS * -(-workers // split_tiles)
-    if busiest >= -(-split_tiles // w_all) * num_kb:
+    dp_kblocks = (units - split_tiles) // w_all * num_kb
+    whole_kblocks = -(-units // w_all) * num_kb
+    if (dp_kblocks + busiest) * 100 >= whole_kblocks * (100 - min_gain_pct):
         return whole
     return Partition(units, num_kb, workers, units - split_tiles, iters // workers, iters % workers)
 
 
 def for_shape(m: int, n: int, k: int, sms: int = 132, tile: tuple[int, int, int] = (128, 256, 64),
-              cluster: int = 2) -> Partition:
-    """The partition v9 uses for an (M, N, K) GEMM on `sms` SMs (or a max_ctas cap)."""
+              cluster: int = 2, min_gain_pct: int = 0) -> Partition:
+    """The partition v9 (or v10, with its tile and min_gain_pct=10) uses for an (M, N, K) GEMM on
+    `sms` SMs (or a max_ctas cap)."""
     bm, bn, bk = tile
     units = math.ceil(math.ceil(m / bm) / cluster) * math.ceil(n / bn)
-    return partition(units, math.ceil(k / bk), max(1, sms // cluster))
+    return partition(units, math.ceil(k / bk), max(1, sms // cluster), min_gain_pct)
 
 
 def workspace_bytes(p: Partition, cluster: int = 2, consumers: int = 2, slot_floats: int = 64 * 256) -> int:

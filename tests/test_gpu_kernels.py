@@ -139,32 +139,52 @@ def test_debug_build_reports_a_hang_instead_of_hanging(kernel):
 # from launch to launch, and the workspace's flags left clear for the next launch.
 V9_SHAPES = [(256, 256, 16384), (512, 1024, 8192), (64, 8192, 4096), (4160, 4160, 4160), (8192, 128, 8192),
              (1000, 1000, 1000), (333, 1032, 712)]
+# v10: every tile of its family forced, on shapes that split (few tiles, long K) and shapes that are
+# not multiples of any tile; plus the rule's own choice on the v9 shapes.
+V10_SHAPES = [(256, 256, 16384), (64, 8192, 4096), (1000, 1496, 520), (333, 1032, 712), (4160, 4160, 4160)]
+STREAM_K_CASES = ([("v9", 0, s) for s in V9_SHAPES] + [("v10", 0, s) for s in V9_SHAPES]
+                  + [("v10", v, s) for v in range(1, len(registry.get("v10").tiles) + 1) for s in V10_SHAPES])
 
 
 @pytest.fixture(scope="module")
-def v9_lib():
+def libs():
     from gemmtrace.build import build
     from gemmtrace.launch import KernelLibrary
 
-    return KernelLibrary(build("v9").library, "v9")
+    cache = {}
+
+    def get(kernel):
+        if kernel not in cache:
+            cache[kernel] = KernelLibrary(build(kernel).library, kernel)
+        return cache[kernel]
+
+    return get
 
 
-def _v9_launch(torch, lib, a, b, c, ws):
+@pytest.fixture(scope="module")
+def v9_lib(libs):
+    return libs("v9")
+
+
+def _sk_launch(torch, lib, a, b, c, ws, variant=0):
     m, k = a.shape
     n = b.shape[0]
     args = lib.args(m, n, k, a=a.data_ptr(), b=b.data_ptr(), c=c.data_ptr(),
                     workspace=(ws.data_ptr() if ws is not None else None),
-                    stream=torch.cuda.current_stream().cuda_stream,
+                    stream=torch.cuda.current_stream().cuda_stream, variant=variant,
                     num_sms=torch.cuda.get_device_properties(0).multi_processor_count)
     lib.launch(args)
 
 
-@pytest.mark.parametrize("shape", V9_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_v9_correct_and_bitwise_reproducible(v9_lib, shape):
+
+@pytest.mark.parametrize("kernel,variant,shape", STREAM_K_CASES,
+                         ids=[f"{k}-t{v}-{'x'.join(map(str, s))}" for k, v, s in STREAM_K_CASES])
+def test_stream_k_correct_and_bitwise_reproducible(libs, kernel, variant, shape):
     import torch
 
+    lib = libs(kernel)
     m, n, k = shape
-    plan = v9_lib.plan(v9_lib.args(m, n, k, num_sms=torch.cuda.get_device_properties(0).multi_processor_count))
+    plan = lib.plan(lib.args(m, n, k, variant=variant, num_sms=torch.cuda.get_device_properties(0).multi_processor_count))
     gen = torch.Generator(device="cuda").manual_seed(1)
     a = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
     b = torch.randn(n, k, device="cuda", generator=gen).to(torch.bfloat16)
@@ -172,7 +192,7 @@ def test_v9_correct_and_bitwise_reproducible(v9_lib, shape):
     outs = []
     for _ in range(3):  # no re-zeroing of the workspace between launches
         c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        _v9_launch(torch, v9_lib, a, b, c, ws)
+        _sk_launch(torch, lib, a, b, c, ws, variant)
         torch.cuda.synchronize()
         outs.append(c)
     ref = a.float() @ b.float().T
@@ -193,4 +213,4 @@ def test_v9_refuses_to_launch_without_its_workspace(v9_lib):
     b = torch.zeros(256, 16384, device="cuda", dtype=torch.bfloat16)
     c = torch.zeros(256, 256, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(GemmtraceError, match="workspace"):
-        _v9_launch(torch, v9_lib, a, b, c, None)
+        _sk_launch(torch, v9_lib, a, b, c, None)

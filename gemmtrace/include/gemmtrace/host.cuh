@@ -29,7 +29,7 @@ struct GtArgs {
   int32_t max_ctas;            // persistent kernels: 0 = one per SM (or cluster); else a cap
   const int32_t* tile_order;   // persistent kernels: the tile (or cluster tile) ids in visiting order
   int32_t debug_fault;         // debug builds: 1 = the producer drops its first load (tests bounded waits)
-  int32_t reserved;
+  int32_t variant;             // kernels with several builds of one idea (v10's tiles): 0 = its rule picks
   void* workspace;             // GtPlan::workspace_bytes of device memory, zeroed once (null when 0 bytes)
 };
 
@@ -44,7 +44,7 @@ struct GtPlan {
   int32_t stages;
   int32_t cluster;  // CTAs per cluster
   int32_t tiles;    // output tiles
-  int32_t reserved;
+  int32_t variant;  // the build that runs (v10: 1 + its tile's index in the family); 0 for the others
   int64_t workspace_bytes;  // device memory the kernel needs in GtArgs::workspace (0: none)
 };
 

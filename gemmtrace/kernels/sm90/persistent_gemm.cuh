@@ -1,14 +1,16 @@
-// The persistent warp-specialized GEMM of v6, v7 and v8, written once: the three differ only in the
-// tile scheduler they loop on (StaticScheduler below, in row order for v6 and in the host's tile
-// order for v7; v8_dynamic.cu defines the dynamic one).
+// The persistent warp-specialized GEMM of v6 to v10, written once. v6-v9 differ only in the tile
+// scheduler they loop on (StaticScheduler below, in row order for v6 and in the host's tile order
+// for v7; v8_dynamic.cu and stream_k.cuh define the dynamic and the stream-K one); v10 instantiates
+// it for a family of tile shapes (Tile<BM, BN, cluster, stages> below).
 //
-// One CTA per SM, in clusters of two CTAs on vertically adjacent 128x256 tiles that share B by TMA
-// multicast (v5). A producer lane and two consumer warpgroups loop over the tiles the scheduler
-// hands them; the pipeline's stages and phases run on across tiles, so the producer loads the next
-// tile while the consumers finish this one, and the TMA stores of C (through stmatrix-written,
-// swizzled panels) drain under the next tile's mainloop.
+// One CTA per SM, alone or in clusters of two CTAs on vertically adjacent tiles that share B by TMA
+// multicast (v5); v6-v9 run 128x256 tiles in clusters of two. A producer lane and two consumer
+// warpgroups loop over the tiles the scheduler hands them; each consumer takes half the tile's rows
+// (half its columns when the tile has only 64 rows). The pipeline's stages and phases run on across
+// tiles, so the producer loads the next tile while the consumers finish this one, and the TMA stores
+// of C (through stmatrix-written, swizzled panels) drain under the next tile's mainloop.
 //
-// A tile scheduler provides (see the three kernel files):
+// A tile scheduler is a template on the tile, Sched<Tile>, and provides (see the kernel files):
 //   struct Params;                                   built on the host from GtArgs, passed by value
 //   static int params(const GtArgs*, Params*, char* err, int errlen);   nonzero: a one-sentence error
 //   static int max_tiles_per_cluster(units, clusters, const GtArgs*);  sizes the profiler buffer
@@ -19,14 +21,15 @@
 //   __device__ bool claims() const;                  the producer records a sched_claim span per tile
 //   __device__ int index() const;                    position of the current tile in the tile order
 //   __device__ void on_exit();                       thread 0, after the cluster barrier at exit
-// A scheduler that hands out parts of a tile's k-loop (stream-K, v9_stream_k.cu) also declares
+// A scheduler that hands out parts of a tile's k-loop (stream-K, stream_k.cuh) also declares
 // `static constexpr bool kSplitsK = true;` and provides
 //   static void plan(const GtArgs*, int units, int num_kb, int max_clusters, GtPlan*);  grid, buffer, workspace
 //   __device__ void k_range(int& kb_begin, int& kb_end) const;      the current unit's k-blocks
 //   __device__ void coords(uint32_t rank, int& m_block, int& n_block) const;  the current unit's tile
 //   __device__ bool fixup(acc, rank, cw, tile, rec, wg_sync, t&);   after the unit's last k-block
-//     retired: false when the tile is finished elsewhere (this unit's share went to the workspace),
-//     true when this consumer stores the tile (`acc` then holds the whole sum)
+//     retired (acc: float[row groups][WN / 2]): false when the tile is finished elsewhere (this
+//     unit's share went to the workspace), true when this consumer stores the tile (`acc` then
+//     holds the whole sum)
 // The others take every tile whole: the code below is then what it was without these hooks.
 #pragma once
 #include <cuda_bf16.h>
@@ -46,23 +49,41 @@ namespace persistent {
 
 using namespace gemmtrace;
 
-constexpr int BM = 128, BN = 256, BK = 64, kStages = 4;
-constexpr int kConsumers = 2;  // consumer warpgroups, 64 rows each
-constexpr int kCluster = 2;    // CTAs per cluster, along M
+constexpr int BK = 64;
+constexpr int kConsumers = 2;  // consumer warpgroups
 constexpr int kThreads = 128 * (1 + kConsumers);
-constexpr int kTileBytesA = BM * BK * 2, kTileBytesB = BN * BK * 2;
-constexpr int kHalfBytesB = kTileBytesB / kCluster;
-constexpr int kStageBytes = kTileBytesA + kTileBytesB;
 constexpr int kPanelBytes = 64 * 128;  // one 64x64 bf16 panel of C
-constexpr int kPanels = BN / 64;
 constexpr int kEpilogueBytes = kConsumers * 2 * kPanelBytes;
-constexpr int kPipelineBytes = 1024 + kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8;
 constexpr int kRecordRing = 32;  // records each recording warp stages in shared memory (profiler.cuh)
 constexpr int kRecorders = 1 + kConsumers;
 constexpr int kRecorderBytes = kRecorders * Recorder<true, kRecordRing>::kSmemBytes;
+
+// A tile shape: BM x BN output tiles, kCluster CTAs a cluster (along M, sharing B by multicast),
+// kStages pipeline stages. Consumer warpgroup cw computes a WM x WN part of the tile: rows
+// [cw * WM, ...) when BM >= 128, columns [cw * WN, ...) when BM = 64; as kRowGroups wgmma of
+// m64nWN per 16-wide k step.
+template <int BM_, int BN_, int kCluster_, int kStages_>
+struct Tile {
+  static constexpr int BM = BM_, BN = BN_, kCluster = kCluster_, kStages = kStages_;
+  static constexpr bool kSplitRows = BM >= 128;
+  static constexpr int WM = kSplitRows ? BM / kConsumers : BM, WN = kSplitRows ? BN : BN / kConsumers;
+  static constexpr int kRowGroups = WM / 64;
+  static constexpr int kPanels = kRowGroups * (WN / 64);  // 64x64 panels of C per consumer
+  static constexpr int kTileBytesA = BM * BK * 2, kTileBytesB = BN * BK * 2;
+  static constexpr int kHalfBytesB = kTileBytesB / kCluster;
+  static constexpr int kStageBytes = kTileBytesA + kTileBytesB;
+  static constexpr int kPipelineBytes = 1024 + kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8;
+  static_assert(WM % 64 == 0 && WN % 64 == 0 && WN <= 256, "consumer parts are m64 row groups of n64..n256 wgmma");
+  static_assert(BM <= 256 && BN / kCluster <= 256, "a TMA box has at most 256 rows");
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two CTAs");
+  __host__ __device__ static constexpr int row0(int cw) { return kSplitRows ? cw * WM : 0; }
+  __host__ __device__ static constexpr int col0(int cw) { return kSplitRows ? 0 : cw * WN; }
+};
+using Tile128x256 = Tile<128, 256, 2, 4>;  // v6-v9
+
 // Shared memory: the pipeline, the tile scheduler's own (16-byte aligned), the profiler's rings.
-template <class TileScheduler>
-constexpr int smem_bytes() { return kPipelineBytes + (TileScheduler::kSmemBytes + 15) / 16 * 16 + kRecorderBytes; }
+template <class T, class TileScheduler>
+constexpr int smem_bytes() { return T::kPipelineBytes + (TileScheduler::kSmemBytes + 15) / 16 * 16 + kRecorderBytes; }
 // What a bounded wait reports as its barrier (debug.cuh); kPartialFlag: a global flag (v9).
 enum BarrierId : uint32_t { kFullBarrier = 0, kEmptyBarrier = 1, kClaimedBarrier = 2, kReadBarrier = 3, kPartialFlag = 5 };
 
@@ -73,9 +94,9 @@ struct SplitsK<S, std::void_t<decltype(S::kSplitsK)>> : std::bool_constant<S::kS
 
 // The static schedule of v6 and v7: cluster c of G visits entries c, c + G, c + 2G, ... of a tile
 // order, row order when there is none (v6) or the table the host built (v7, gemmtrace/tile_order.py).
-// An entry is a cluster tile u = m_pair * grid_n + n_block; rank r of the cluster takes m block
-// 2 * m_pair + r.
-template <bool kOrdered>
+// An entry is a cluster tile u = m_group * grid_n + n_block; rank r of the cluster takes m block
+// kCluster * m_group + r.
+template <class T, bool kOrdered>
 struct StaticScheduler {
   struct Params {
     const int32_t* order;
@@ -96,7 +117,7 @@ struct StaticScheduler {
   __device__ bool next_tile(bool, bool, uint32_t rank, GroupSync, int& m_block, int& n_block) {
     if (next >= units) return false;
     const int u = kOrdered && order != nullptr ? __ldg(order + next) : next;
-    m_block = (u / grid_n) * kCluster + int(rank);
+    m_block = (u / grid_n) * T::kCluster + int(rank);
     n_block = u % grid_n;
     next += clusters;
     return true;
@@ -106,26 +127,27 @@ struct StaticScheduler {
   __device__ void on_exit() {}
 };
 
-template <bool kProfile, class TileScheduler>
+template <bool kProfile, class T, class TileScheduler>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_persistent(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                     const __grid_constant__ CUtensorMap tmap_c, const typename TileScheduler::Params sched_params,
-                    int grid_m_pairs, int grid_n, int num_kb, ProfileBuffer prof) {
+                    int grid_m_groups, int grid_n, int num_kb, ProfileBuffer prof) {
   constexpr bool kSplitsK = SplitsK<TileScheduler>::value;
+  constexpr int BM = T::BM, BN = T::BN, kCluster = T::kCluster, kStages = T::kStages, WN = T::WN;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t stage0 = (smem_addr(smem_raw) + 1023) & ~1023u;  // swizzle atoms need 1024-byte alignment
-  const uint32_t epi0 = stage0 + kStages * kStageBytes;
+  const uint32_t epi0 = stage0 + kStages * T::kStageBytes;
   const uint32_t full0 = epi0 + kEpilogueBytes, empty0 = full0 + kStages * 8, sched_smem = empty0 + kStages * 8;
-  auto smem_a = [&](int s) { return stage0 + s * kStageBytes; };
-  auto smem_b = [&](int s) { return stage0 + s * kStageBytes + kTileBytesA; };
+  auto smem_a = [&](int s) { return stage0 + s * T::kStageBytes; };
+  auto smem_b = [&](int s) { return stage0 + s * T::kStageBytes + T::kTileBytesA; };
   auto full = [&](int s) { return full0 + s * 8; };
   auto empty = [&](int s) { return empty0 + s * 8; };
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
-  const uint32_t rank = cluster_ctarank(), peer = rank ^ 1;
+  const uint32_t rank = kCluster > 1 ? cluster_ctarank() : 0, peer = rank ^ 1;
   // Each role builds its own scheduler after the register split (setmaxnreg): state carried across
   // it has to fit the producer's 40 registers, and ptxas spills it otherwise.
   auto make_scheduler = [&] {
-    return TileScheduler(sched_params, grid_m_pairs * grid_n, grid_n, int(cluster_index()), int(cluster_count()), sched_smem);
+    return TileScheduler(sched_params, grid_m_groups * grid_n, grid_n, int(cluster_index()), int(cluster_count()), sched_smem);
   };
   int m_block, n_block;
 
@@ -142,12 +164,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     tma_prefetch_descriptor(&tmap_c);
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(full(s), 1);
-      mbarrier_init(empty(s), kCluster * kConsumers * 4);  // every consumer warp of both CTAs
+      mbarrier_init(empty(s), kCluster * kConsumers * 4);  // every consumer warp of the cluster's CTAs
     }
     make_scheduler().init_barriers();
     mbarrier_init_fence();
   }
-  cluster_sync();  // the peer's barriers are initialised before anyone multicasts or arrives on them
+  // The peer's barriers are initialised before anyone multicasts or arrives on them.
+  if constexpr (kCluster > 1) cluster_sync();
+  else __syncthreads();
   t = rec.record(Tag::SETUP, t);
 
   if (wg == 0) {  // ---------------- producer ----------------
@@ -178,11 +202,15 @@ __global__ void __launch_bounds__(kThreads, 1)
             wait_to = rec.now();
           }
           if (!debug_drop_load(it)) {
-            // This CTA's full barrier counts its own A, its own B half and the peer's B half.
-            mbarrier_arrive_expect_tx(full(s), kStageBytes);
+            // This CTA's full barrier counts its own A and all of B (its own half and, in a
+            // cluster, the half the peer multicasts).
+            mbarrier_arrive_expect_tx(full(s), T::kStageBytes);
             tma_load_2d(smem_a(s), &tmap_a, full(s), kb * BK, m_block * BM);
-            tma_load_2d_multicast(smem_b(s) + rank * kHalfBytesB, &tmap_b, full(s), kb * BK,
-                                  n_block * BN + rank * (BN / kCluster), uint16_t((1u << kCluster) - 1));
+            if constexpr (kCluster > 1)
+              tma_load_2d_multicast(smem_b(s) + rank * T::kHalfBytesB, &tmap_b, full(s), kb * BK,
+                                    n_block * BN + rank * (BN / kCluster), uint16_t((1u << kCluster) - 1));
+            else
+              tma_load_2d(smem_b(s), &tmap_b, full(s), kb * BK, n_block * BN);
           }
           if (!was_free) rec.record_span(Tag::WAIT_EMPTY, wait_from, wait_to, tile, kb);
           t = rec.record(Tag::TMA_ISSUE, wait_to, tile, kb);  // from the stage being free to the loads issued
@@ -193,29 +221,42 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {  // ---------------- consumers ----------------
     setmaxnreg_inc<232>();
     TileScheduler sched = make_scheduler();
-    const int cw = wg - 1;  // this consumer's 64-row slice of the tile
+    const int cw = wg - 1;  // this consumer's part of the tile
     const bool issuer = (tid % 128) == 0;
     const uint32_t buf = epi0 + cw * 2 * kPanelBytes;
-    float acc[BN / 2];
+    float acc[T::kRowGroups][WN / 2];
     // The previous tile's C as bf16 pairs. Its epilogue is deferred: packing frees the accumulators
     // at once, and the panels are written to shared memory and stored one per k-block under the
     // next tile's first wgmma groups, so the tensor cores wait for the packing only, not the stores.
-    uint32_t packed[BN / 4];
+    uint32_t packed[T::kRowGroups][WN / 4];
     int prev_m = -1, prev_n = 0;  // the tile in `packed`, if any
     uint32_t epi_start = 0;
-    // Panel p (64 columns) of the previous tile: through one of this warpgroup's two panel buffers.
+    // Release stage ps to the producer of each CTA of the cluster (the cluster barrier at exit
+    // keeps the peer alive).
+    auto release = [&](int ps) {
+      if (lane == 0) {
+        mbarrier_arrive(empty(ps));
+        if constexpr (kCluster > 1) mbarrier_arrive_cluster(empty(ps), peer);
+      }
+    };
+    // Panel p of the previous tile (64 rows of row group p / (WN / 64), 64 columns), through one
+    // of this warpgroup's two panel buffers.
     auto store_panel = [&](int p) {
+      constexpr int kCols = WN / 64;
       const uint32_t panel = buf + (p % 2) * kPanelBytes;
       if (issuer) tma_store_wait_read<1>();  // the store that last read this buffer is done reading
       named_barrier_sync(1 + cw, 128);
-      stmatrix_panel_sw128<BN>(packed, p, panel);
+      stmatrix_panel_sw128<WN>(packed[p / kCols], p % kCols, panel);
       fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
       named_barrier_sync(1 + cw, 128);
       if (issuer) {
-        tma_store_2d(&tmap_c, panel, prev_n * BN + p * 64, prev_m * BM + cw * 64);
+        // (one row group: the panels run along the columns; two: kCols panels a row group)
+        const int col = T::kRowGroups == 1 ? T::col0(cw) + p * 64 : (p % kCols) * 64;
+        const int row = T::kRowGroups == 1 ? T::row0(cw) : T::row0(cw) + (p / kCols) * 64;
+        tma_store_2d(&tmap_c, panel, prev_n * BN + col, prev_m * BM + row);
         tma_store_commit();
       }
-      if (p == kPanels - 1) rec.record(Tag::EPILOGUE, epi_start, uint32_t(prev_m) * grid_n + prev_n);
+      if (p == T::kPanels - 1) rec.record(Tag::EPILOGUE, epi_start, uint32_t(prev_m) * grid_n + prev_n);
     };
     int it = 0;
     auto wg_sync = [cw] { named_barrier_sync(1 + cw, 128); };
@@ -241,40 +282,34 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_fence();
 #pragma unroll
         for (int k16 = 0; k16 < BK / 16; ++k16)
-          wgmma_bf16<BN>(acc, make_desc_sw128(smem_a(s) + cw * 64 * 128 + k16 * 32),
-                         make_desc_sw128(smem_b(s) + k16 * 32), (kb > kb0 || k16 > 0) ? 1 : 0);
+#pragma unroll
+          for (int g = 0; g < T::kRowGroups; ++g)
+            wgmma_bf16<WN>(acc[g], make_desc_sw128(smem_a(s) + (T::row0(cw) + g * 64) * 128 + k16 * 32),
+                           make_desc_sw128(smem_b(s) + T::col0(cw) * 128 + k16 * 32), (kb > kb0 || k16 > 0) ? 1 : 0);
         wgmma_commit();
         under_mma();
         wgmma_wait<1>();  // k-block it - 1 has retired; it stays queued
         if (kb > kb0) {
           const uint32_t retired = rec.now();
-          // Release stage it - 1 to both producers (the cluster barrier at exit keeps the peer alive).
-          if (lane == 0) {
-            const uint32_t ps = (it - 1) % kStages;
-            mbarrier_arrive(empty(ps));
-            mbarrier_arrive_cluster(empty(ps), peer);
-          }
+          release((it - 1) % kStages);
           rec.record_span(Tag::MMA, mma_start, retired, tile, kb - 1);  // after the release: off its path
           mma_start = retired;
         }
         ++it;
       };
 #pragma unroll
-      for (int p = 0; p < kPanels; ++p)
+      for (int p = 0; p < T::kPanels; ++p)
         if (p < nkb) kblock(kb0 + p, [&] { if (prev_m >= 0) store_panel(p); });
       // The profiler copies its records out here, not while `packed` holds the previous tile.
-      for (int kb = kb0 + kPanels; kb < kb1; ++kb) kblock(kb, [&] { rec.poll(); });
+      for (int kb = kb0 + T::kPanels; kb < kb1; ++kb) kblock(kb, [&] { rec.poll(); });
 #pragma unroll
-      for (int p = 0; p < kPanels; ++p)  // fewer k-blocks than panels: the rest of the previous epilogue
+      for (int p = 0; p < T::kPanels; ++p)  // fewer k-blocks than panels: the rest of the previous epilogue
         if (p >= nkb && prev_m >= 0) store_panel(p);
       wgmma_wait<0>();
-      fence_registers(acc);
+#pragma unroll
+      for (int g = 0; g < T::kRowGroups; ++g) fence_registers(acc[g]);
       t = rec.now();  // the last k-block retired; the epilogue starts here
-      if (lane == 0) {
-        const uint32_t ps = (it - 1) % kStages;
-        mbarrier_arrive(empty(ps));
-        mbarrier_arrive_cluster(empty(ps), peer);
-      }
+      release((it - 1) % kStages);
       rec.record_span(Tag::MMA, mma_start, t, tile, kb1 - 1);
       rec.poll();
       if constexpr (kSplitsK) {
@@ -286,81 +321,94 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         sched.coords(rank, m_block, n_block);  // recomputed rather than held through the mainloop
       }
-      pack_fragment_bf16<BN>(acc, packed);
+#pragma unroll
+      for (int g = 0; g < T::kRowGroups; ++g) pack_fragment_bf16<WN>(acc[g], packed[g]);
       prev_m = m_block, prev_n = n_block, epi_start = t;
     }
     if (prev_m >= 0) {  // the last tile's epilogue has no mainloop to hide under
 #pragma unroll
-      for (int p = 0; p < kPanels; ++p) store_panel(p);
+      for (int p = 0; p < T::kPanels; ++p) store_panel(p);
     }
     if (issuer) tma_store_wait_read<0>();  // shared memory must outlive the stores' reads
   }
   rec.finish();
-  // Every stage is released to both producers, so a peer's last arrives may come after this CTA's
-  // own work is done: leave together (once per CTA, not per tile).
-  cluster_sync();
+  // In a cluster every stage is released to both producers, so a peer's last arrives may come
+  // after this CTA's own work is done: leave together (once per CTA, not per tile).
+  if constexpr (kCluster > 1) cluster_sync();
   if (tid == 0) make_scheduler().on_exit();
 }
 
+template <class T>
+int grid_m_groups(const GtArgs* args) { return host::ceil_div(host::ceil_div(args->m, T::BM), T::kCluster); }
+template <class T>
+int grid_n(const GtArgs* args) { return host::ceil_div(args->n, T::BN); }
+// Clusters a launch may have: one CTA per SM (or args->max_ctas), grouped into clusters.
+template <class T>
+int max_clusters(const GtArgs* args) {
+  const int sms = args->max_ctas > 0 ? args->max_ctas : (args->num_sms > 0 ? args->num_sms : 132);
+  return std::max(1, sms / T::kCluster);
+}
+
 // Shapes: any M, N >= 1 with N a multiple of 8 (TMA stores of C) and K a multiple of 8.
-template <class TileScheduler>
+template <class T, class TileScheduler>
 int plan(const GtArgs* args, GtPlan* p, char* err, int errlen) {
   if (host::check_bf16_gemm_shape(args, 8, err, errlen)) return 1;
   if (args->n % 8 != 0)
     return host::fail(err, errlen, "N must be a multiple of 8 (TMA stores of C need 16-byte row strides); got N=%lld",
                       (long long)args->n);
-  const int grid_m_pairs = host::ceil_div(host::ceil_div(args->m, BM), kCluster);
-  const int grid_n = host::ceil_div(args->n, BN);
-  const int units = grid_m_pairs * grid_n;
-  const int sms = args->max_ctas > 0 ? args->max_ctas : (args->num_sms > 0 ? args->num_sms : 132);
-  const int clusters = std::max(1, std::min(units, sms / kCluster));
+  const int units = grid_m_groups<T>(args) * grid_n<T>(args);
+  const int clusters = std::max(1, std::min(units, max_clusters<T>(args)));
   const int num_kb = host::ceil_div(args->k, BK);
   *p = GtPlan{};
-  p->grid_ctas = clusters * kCluster;
+  p->grid_ctas = clusters * T::kCluster;
   p->regions_per_cta = 1 + kConsumers;
   // setup and a final claim; per tile: a claim, two spans per k-block, the epilogue
   p->records_per_region = TileScheduler::max_tiles_per_cluster(units, clusters, args) * (2 * num_kb + 2) + 2;
   p->block_threads = kThreads;
-  static_assert(smem_bytes<TileScheduler>() <= 227 * 1024, "more shared memory than an H100 CTA may have");
-  p->smem_bytes = smem_bytes<TileScheduler>();
-  p->tile_m = BM, p->tile_n = BN, p->tile_k = BK;
-  p->stages = kStages;
-  p->cluster = kCluster;
-  p->tiles = units * kCluster;
-  if constexpr (SplitsK<TileScheduler>::value) TileScheduler::plan(args, units, num_kb, std::max(1, sms / kCluster), p);
+  static_assert(smem_bytes<T, TileScheduler>() <= 227 * 1024, "more shared memory than an H100 CTA may have");
+  p->smem_bytes = smem_bytes<T, TileScheduler>();
+  p->tile_m = T::BM, p->tile_n = T::BN, p->tile_k = BK;
+  p->stages = T::kStages;
+  p->cluster = T::kCluster;
+  p->tiles = units * T::kCluster;
+  if constexpr (SplitsK<TileScheduler>::value) TileScheduler::plan(args, units, num_kb, max_clusters<T>(args), p);
   return 0;
 }
 
-template <class TileScheduler>
-int launch(const GtArgs* args, const char* name, char* err, int errlen) {
-  GtPlan p;
-  if (plan<TileScheduler>(args, &p, err, errlen)) return 1;
-  typename TileScheduler::Params sched_params;
-  if (TileScheduler::params(args, &sched_params, err, errlen)) return 1;
-  CUtensorMap tmap_a, tmap_b, tmap_c;
-  if (host::encode_rows_sw128(&tmap_a, args->a, args->m, args->k, BM, "A", err, errlen)) return 1;
-  if (host::encode_rows_sw128(&tmap_b, args->b, args->n, args->k, BN / kCluster, "B", err, errlen)) return 1;
-  if (host::encode_rows_sw128(&tmap_c, args->c, args->m, args->n, 64, "C", err, errlen)) return 1;
-  auto stream = static_cast<cudaStream_t>(args->stream);
-  auto kernel = args->profile ? gemm_persistent<true, TileScheduler> : gemm_persistent<false, TileScheduler>;
-  if (host::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.smem_bytes),
-                       "cudaFuncSetAttribute", err, errlen))
-    return 1;
-  if (host::set_hang_report(args, stream, err, errlen)) return 1;
-  const int grid_m_pairs = host::ceil_div(host::ceil_div(args->m, BM), kCluster);
-  const int grid_n = host::ceil_div(args->n, BN);
+template <class T, class TileScheduler>
+cudaLaunchConfig_t launch_config(const GtPlan& p, cudaStream_t stream, cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(p.grid_ctas);
   cfg.blockDim = dim3(p.block_threads);
   cfg.dynamicSmemBytes = p.smem_bytes;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim = {kCluster, 1, 1};
+  attr[0].val.clusterDim = {unsigned(T::kCluster), 1, 1};
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  return host::check_cuda(cudaLaunchKernelEx(&cfg, kernel, tmap_a, tmap_b, tmap_c, sched_params, grid_m_pairs, grid_n,
-                                             host::ceil_div(int(args->k), BK), host::profile_buffer(args, p)),
+  return cfg;
+}
+
+template <class T, class TileScheduler>
+int launch(const GtArgs* args, const char* name, char* err, int errlen) {
+  GtPlan p;
+  if (plan<T, TileScheduler>(args, &p, err, errlen)) return 1;
+  typename TileScheduler::Params sched_params;
+  if (TileScheduler::params(args, &sched_params, err, errlen)) return 1;
+  CUtensorMap tmap_a, tmap_b, tmap_c;
+  if (host::encode_rows_sw128(&tmap_a, args->a, args->m, args->k, T::BM, "A", err, errlen)) return 1;
+  if (host::encode_rows_sw128(&tmap_b, args->b, args->n, args->k, T::BN / T::kCluster, "B", err, errlen)) return 1;
+  if (host::encode_rows_sw128(&tmap_c, args->c, args->m, args->n, 64, "C", err, errlen)) return 1;
+  auto stream = static_cast<cudaStream_t>(args->stream);
+  auto kernel = args->profile ? gemm_persistent<true, T, TileScheduler> : gemm_persistent<false, T, TileScheduler>;
+  if (host::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.smem_bytes),
+                       "cudaFuncSetAttribute", err, errlen))
+    return 1;
+  if (host::set_hang_report(args, stream, err, errlen)) return 1;
+  cudaLaunchAttribute attr[1];
+  const cudaLaunchConfig_t cfg = launch_config<T, TileScheduler>(p, stream, attr);
+  return host::check_cuda(cudaLaunchKernelEx(&cfg, kernel, tmap_a, tmap_b, tmap_c, sched_params, grid_m_groups<T>(args),
+                                             grid_n<T>(args), host::ceil_div(int(args->k), BK), host::profile_buffer(args, p)),
                           name, err, errlen);
 }
 

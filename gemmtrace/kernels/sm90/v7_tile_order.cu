@@ -13,13 +13,14 @@
 #include "persistent_gemm.cuh"
 
 namespace {
-using TileScheduler = persistent::StaticScheduler<true>;  // the host's tile order (row, snake, Hilbert)
+using Tile = persistent::Tile128x256;
+using TileScheduler = persistent::StaticScheduler<Tile, true>;  // the host's tile order (row, snake, Hilbert)
 }  // namespace
 
 extern "C" int gt_plan(const GtArgs* args, GtPlan* p, char* err, int errlen) {
-  return persistent::plan<TileScheduler>(args, p, err, errlen);
+  return persistent::plan<Tile, TileScheduler>(args, p, err, errlen);
 }
 
 extern "C" int gt_launch(const GtArgs* args, char* err, int errlen) {
-  return persistent::launch<TileScheduler>(args, "launching gemm_v7", err, errlen);
+  return persistent::launch<Tile, TileScheduler>(args, "launching gemm_v7", err, errlen);
 }

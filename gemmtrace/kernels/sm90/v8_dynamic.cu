@@ -2,7 +2,8 @@
 // counter, the Hopper stand-in for Blackwell's Cluster Launch Control.
 //
 // What changes from v7: with --sched dynamic, the producer thread of each cluster's rank-0 CTA
-// claims the next entry of the tile order with one atomicAdd when it starts a tile, and publishes
+// claims the next entry of the tile order with one atomicAdd when it starts a tile (its first tile,
+// entry c for cluster c, needs no claim: the counter hands out entries G, G + 1, ...), and publishes
 // it to both CTAs through a two-slot ring in shared memory (a st.shared::cluster into the peer and
 // a release.cluster arrive on each CTA's "claimed" barrier). Every role of both CTAs (the other
 // producer and the four consumer warpgroups) reads the tile from the ring, and frees the slot with
@@ -21,13 +22,14 @@ namespace {
 
 using namespace gemmtrace;
 
+using Tile = persistent::Tile128x256;
 constexpr int kClaimSlots = 2;  // claimed tiles in flight between rank 0's producer and the readers
 // Who reads each claim and frees its slot: rank 0's two consumer warpgroups, and rank 1's producer
 // and two consumer warpgroups (rank 0's producer made the claim).
-constexpr int kClaimReaders = persistent::kConsumers + (1 + persistent::kConsumers) * (persistent::kCluster - 1);
+constexpr int kClaimReaders = persistent::kConsumers + (1 + persistent::kConsumers) * (Tile::kCluster - 1);
 
 // Static (--sched static): cluster c of G visits entries c, c + G, ... of the tile order, as in v7.
-// Dynamic: position = atomicAdd(counter, 1), claimed by rank 0's producer and passed to everyone
+// Dynamic: position = G + atomicAdd(counter, 1) after the first (c), claimed by rank 0's producer and passed to everyone
 // else through the claim ring. An entry is a cluster tile u = m_pair * grid_n + n_block; rank r of
 // the cluster takes m block 2 * m_pair + r.
 struct TileScheduler {
@@ -77,7 +79,9 @@ struct TileScheduler {
     // Wait until every reader has read what this slot held kClaimSlots claims ago.
     mbarrier_wait(read_bar(j), ((taken / kClaimSlots) & 1) ^ 1,
                   WaitSite{uint32_t(Role::SCHEDULER), persistent::kReadBarrier, kNoTile, uint32_t(taken)});
-    int i = atomicAdd(p.counter, 1);
+    // A cluster's first tile is its own index, as under the static schedule: no atomic round trip
+    // before the first loads. The counter hands out the positions after the first wave.
+    int i = taken == 0 ? int(cluster_index()) : clusters + atomicAdd(p.counter, 1);
     if (i >= units) i = -1;
     *reinterpret_cast<volatile int32_t*>(__cvta_shared_to_generic(slot(j))) = i;
     st_shared_cluster(slot(j), peer, i);
@@ -118,7 +122,7 @@ struct TileScheduler {
     }
     if (index_ < 0) return false;
     const int u = entry(index_);
-    m_block = (u / grid_n) * persistent::kCluster + int(rank);
+    m_block = (u / grid_n) * Tile::kCluster + int(rank);
     n_block = u % grid_n;
     return true;
   }
@@ -141,9 +145,9 @@ struct TileScheduler {
 }  // namespace
 
 extern "C" int gt_plan(const GtArgs* args, GtPlan* p, char* err, int errlen) {
-  return persistent::plan<TileScheduler>(args, p, err, errlen);
+  return persistent::plan<Tile, TileScheduler>(args, p, err, errlen);
 }
 
 extern "C" int gt_launch(const GtArgs* args, char* err, int errlen) {
-  return persistent::launch<TileScheduler>(args, "launching gemm_v8", err, errlen);
+  return persistent::launch<Tile, TileScheduler>(args, "launching gemm_v8", err, errlen);
 }

@@ -1,0 +1,93 @@
+"""`--kernel best`: which kernel, scheduler and tile to run for a shape, and why, in one sentence.
+
+The choice is v10's rule (its tile family and stream-K partition, computed by the kernel library's
+own gt_tile_family/gt_plan so that the sentence and the launch cannot disagree), with one step of
+its own: where that rule keeps v8's 128x256 tiles in clusters of two and splits nothing, the same
+tiles run on v8 with the dynamic scheduler, whose claims even out SMs that run at different speeds.
+Tiles are visited in snake order (v7). Nothing here names a shape.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import registry
+from .build import build
+from .launch import KernelLibrary
+
+FAMILY_KERNEL = "v10"
+WHOLE_TILE_KERNEL, WHOLE_TILE_SCHEDULER = "v8", "dynamic"
+# Snake (8-row bands walked column by column, v7): the grid's concurrent tiles share A and B panels
+# in L2 on large grids, and it is row order on grids of a band or less.
+ORDER = "snake"
+
+
+@dataclass(frozen=True)
+class Choice:
+    kernel: str
+    scheduler: str
+    variant: int  # the kernel's tile (1-based) for kernels with a family, else 0
+    order: str  # tile order
+    tile: str  # "BMxBN/cN"
+    split: bool  # stream-K splits some tiles' k-loops
+    reason: str  # one sentence
+
+    def label(self) -> str:
+        parts = [self.kernel, f"tile {self.tile}"]
+        if self.kernel == WHOLE_TILE_KERNEL:
+            parts.append(f"{self.scheduler} scheduler")
+        elif self.split:
+            parts.append("stream-K")
+        return ", ".join(parts)
+
+
+def _tile_name(bm: int, bn: int, cluster: int) -> str:
+    return f"{bm}x{bn}/c{cluster}"
+
+
+def choose(shape: tuple[int, int, int], num_sms: int = 132, lib: KernelLibrary | None = None) -> Choice:
+    """The kernel `--kernel best` runs at `shape` on a GPU with `num_sms` SMs. Builds v10 if needed
+    (no GPU needed: the rule runs on the host)."""
+    m, n, k = shape
+    lib = lib or KernelLibrary(build(FAMILY_KERNEL).library, FAMILY_KERNEL)
+    args = lib.args(m, n, k, num_sms=num_sms)
+    plan = lib.plan(args)  # one sentence for a shape v10 cannot do
+    family = lib.tile_family(args)
+    names = [_tile_name(bm, bn, c) for (bm, bn, c, _stages), _cost in family]
+    costs = [cost for _tile, cost in family]
+    i = plan.variant - 1
+    split = plan.workspace_bytes > 0
+    first = names[0]
+    if i == 0:
+        why = f"the rule keeps {first} (cost {costs[0]:.0f} k-block times; next best " + (
+            f"{names[min(range(1, len(costs)), key=costs.__getitem__)]} at {min(costs[1:]):.0f})")
+    else:
+        why = f"the rule picks {names[i]} (cost {costs[i]:.0f} k-block times against {costs[0]:.0f} for {first})"
+    if i == 0 and not split:
+        spec = registry.get(WHOLE_TILE_KERNEL)
+        assert _tile_name(spec.tile[0], spec.tile[1], spec.cluster) == first
+        return Choice(WHOLE_TILE_KERNEL, WHOLE_TILE_SCHEDULER, 0, ORDER, first, False,
+                      f"{why}, whole tiles: v8's {WHOLE_TILE_SCHEDULER} scheduler runs them.")
+    return Choice(FAMILY_KERNEL, "static", plan.variant, ORDER, names[i], split,
+                  f"{why}" + (", stream-K splits the last tiles' k-loops." if split else ", whole tiles."))
+
+
+def num_sms() -> int:
+    """SMs of GPU 0 (what the kernels size their grids by), or an H100's 132 without a GPU."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(0).multi_processor_count
+    except ImportError:
+        pass
+    return 132
+
+
+def best_options(shape: tuple[int, int, int], **run_options):
+    """RunOptions for `--kernel best` at `shape` (the rest of the options as given), and the Choice."""
+    from .runner import RunOptions
+
+    c = choose(shape, num_sms())
+    opts = RunOptions(kernel=c.kernel, shape=shape, schedulers=(c.scheduler,), order=c.order, variant=c.variant,
+                      chosen=f"{c.label()}: {c.reason}", **run_options)
+    return opts, c

@@ -1,0 +1,332 @@
+// The stream-K tile scheduler of v9 and v10 (Scheduler<Tile>): the persistent grid splits the
+// k-loops of the last tiles across clusters, so that every cluster gets the same number of
+// k-blocks, and split tiles are summed through a workspace in a fixed order (bitwise-identical
+// results run to run). It switches on the stream-K hooks of persistent_gemm.cuh. Work is handed
+// out as units (cluster tile, first k-block, end k-block); the CTAs of a cluster run the same
+// units, so they still share B by multicast.
+//
+// The partition (W clusters, U cluster tiles in the tile order, K_b k-blocks a tile):
+// - U a multiple of W: every tile whole, cluster c takes entries c, c + W, ... (v7's schedule).
+// - otherwise the last T = (U mod W) + W tiles (all U when U < W) are split: their T * K_b
+//   k-blocks, as one sequence in tile order, are cut into W' equal ranges (sizes differ by at most
+//   one), range c going to cluster c; the earlier U - T tiles (whole waves) go whole to clusters
+//   c, c + W, ... first. W' = W, except when U < W: then at most sqrt(K_b / 2) segments a tile
+//   (W' = min(W, U * that)), because the CTA finishing a tile adds the others' partials one after
+//   another (about 2 k-blocks' time each), so more segments stop paying once K_b / S^2 < 2.
+// - the split is kept only where it beats whole tiles by the same count: fewer k-blocks on the
+//   busiest cluster plus 2 per partial its tiles move, else every tile is whole.
+// A unit is the part of one tile in one cluster's range. The unit holding a tile's k-block 0 is the
+// last unit of its cluster's range; it finishes the tile. Every other unit of a split tile is the
+// first unit of its cluster's range (a range starts inside a tile only there): it stores its fp32
+// partial to the cluster's own slot of the workspace and sets the slot's flag.
+//
+// Deadlock freedom: a CTA waits only in the last unit of its range, and only for clusters with a
+// higher index, whose awaited partial is the first unit of their range, preceded by nothing but
+// whole tiles: no waits, so the wait graph has no cycle and every partial is written once its
+// cluster runs. All clusters of the grid are resident at once (one per pair of SMs; gt_launch
+// checks cudaOccupancyMaxActiveClusters and refuses a grid the device cannot hold), so every wait
+// ends.
+//
+// Determinism: the partition depends only on the shape and the grid, and the CTA finishing a tile
+// adds the partials to its own accumulators in cluster order (= k order), one fp32 add per
+// element per partial: the same additions in the same order every run.
+//
+// Workspace (GtArgs.workspace, GtPlan.workspace_bytes, zeroed once): a flag per (cluster, rank,
+// consumer warpgroup), then a WM x WN fp32 slot for each (the warpgroup's part of the tile). The finishing warpgroup resets each
+// flag it consumed, so the workspace is all zero flags again when the kernel ends.
+//
+#pragma once
+#include <cmath>
+
+#include "gemmtrace/flags.cuh"
+#include "persistent_gemm.cuh"
+
+namespace stream_k {
+
+using namespace gemmtrace;
+using persistent::kConsumers;
+
+// The cost of moving one fp32 partial through L2 (a store by one warpgroup, a load by another), in
+// k-blocks of mainloop time: for a 128x256 tile 64 KB a warpgroup at roughly 100 GB/s per SM
+// against ~0.6 us a k-block; both scale with the tile's area, so the ratio holds for every tile of
+// the family. Sets the split limit and the split-or-not test (see the header comment).
+constexpr int kFixupKBlocks = 2;
+
+// A unit of work; also the cursor through a cluster's list of units (the next one follows from it).
+struct Unit {
+  int entry;     // position in the tile order (-1: before the first unit)
+  int kb_begin;  // first k-block
+  int kb_end;    // one past the last k-block
+};
+
+// The partition, computed on the host (plan), passed to the kernel in the scheduler's Params, and
+// walked the same way by both (`next`). Python mirror: gemmtrace/stream_k.py.
+struct Partition {
+  int units;     // cluster tiles
+  int num_kb;    // k-blocks a tile
+  int workers;   // clusters launched
+  int dp_tiles;  // entries [0, dp_tiles) are whole tiles; the rest are split
+  int sk_base, sk_extra;  // split k-blocks per cluster: sk_base, plus one for clusters < sk_extra
+
+  __host__ __device__ int sk_begin(int w) const { return w * sk_base + (w < sk_extra ? w : sk_extra); }
+  // The cluster whose range holds split k-block g.
+  __host__ __device__ int owner(int g) const {
+    const int big = sk_extra * (sk_base + 1);
+    return g < big ? g / (sk_base + 1) : sk_extra + (g - big) / sk_base;
+  }
+  // Cluster w's unit after `u` (start from Unit{-1, 0, 0}): whole tiles w, w + workers, ... below
+  // dp_tiles, then its range of split k-blocks, one unit per tile it touches. Only the current unit
+  // is kept (three registers): the position in the split sequence follows from it.
+  __host__ __device__ bool next(int w, Unit& u) const {
+    int g;  // the next split k-block
+    if (u.entry < dp_tiles) {
+      const int dp = u.entry < 0 ? w : u.entry + workers;
+      if (dp < dp_tiles) {
+        u = Unit{dp, 0, num_kb};
+        return true;
+      }
+      g = sk_begin(w);
+    } else {
+      g = (u.entry - dp_tiles) * num_kb + u.kb_end;
+    }
+    const int g_end = sk_begin(w + 1);
+    if (g >= g_end) return false;
+    const int t = g / num_kb;
+    u.entry = dp_tiles + t;
+    u.kb_begin = g - t * num_kb;
+    u.kb_end = u.kb_begin + (g_end - g) < num_kb ? u.kb_begin + (g_end - g) : num_kb;
+    return true;
+  }
+  // A split tile's finishing unit waits for the clusters (w, last]: the owners of its other segments.
+  __host__ __device__ int last_partner(int entry) const { return owner((entry - dp_tiles + 1) * num_kb - 1); }
+  bool split() const { return dp_tiles < units; }
+  // The k-blocks the busiest cluster runs, counting each partial its split tiles move as
+  // kFixupKBlocks: the whole tiles of cluster 0 (which has the most), then its split range.
+  int64_t busiest_kblocks() const {
+    const int64_t whole = (int64_t(dp_tiles) + workers - 1) / workers * num_kb;
+    if (!split()) return whole;
+    const int64_t split_tiles = units - dp_tiles;
+    return whole + sk_base + (sk_extra > 0) + kFixupKBlocks * ((workers + split_tiles - 1) / split_tiles);
+  }
+};
+
+inline int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// min_gain_pct: keep a split only where it promises at least that many percent fewer k-blocks on
+// the busiest cluster than whole tiles (v9: 0, any gain; v10: see v10_tile_family.cu).
+inline Partition make_partition(int units, int num_kb, int max_workers, int min_gain_pct = 0) {
+  const int w_all = std::max(1, max_workers);
+  const Partition whole{units, num_kb, std::min(units, w_all), units, 0, 0};
+  const int rest = units % w_all;
+  if (rest == 0) return whole;
+  const int split_tiles = units > w_all ? rest + w_all : units;
+  const int max_segments = std::max(1, int(std::sqrt(double(num_kb / kFixupKBlocks))));
+  const int workers = int(std::min<int64_t>(w_all, int64_t(split_tiles) * max_segments));
+  const int64_t iters = int64_t(split_tiles) * num_kb;
+  if (iters > (int64_t(1) << 30)) return whole;  // k-block indices stay well inside int
+  const int64_t busiest = ceil_div64(iters, workers) + kFixupKBlocks * ceil_div64(workers, split_tiles);
+  const int64_t dp_kblocks = int64_t(units - split_tiles) / w_all * num_kb;  // full waves before the split
+  const int64_t whole_kblocks = ceil_div64(units, w_all) * num_kb;
+  if ((dp_kblocks + busiest) * 100 >= whole_kblocks * (100 - min_gain_pct)) return whole;
+  return Partition{units, num_kb, workers, units - split_tiles, int(iters / workers), int(iters % workers)};
+}
+
+// The flags: one per (cluster, rank, consumer warpgroup), in whole KiB.
+template <class T>
+int64_t flag_bytes(const Partition& part) {
+  return host::ceil_div(int64_t(part.workers) * T::kCluster * kConsumers * 4, 1024) * int64_t(1024);
+}
+
+template <class T>
+int64_t workspace_bytes(const Partition& part) {
+  if (!part.split()) return 0;
+  return flag_bytes<T>(part) + int64_t(part.workers) * T::kCluster * kConsumers * T::WM * T::WN * 4;
+}
+
+template <class T>
+Partition partition_of(const GtArgs* args, int min_gain_pct) {
+  const int units = persistent::grid_m_groups<T>(args) * persistent::grid_n<T>(args);
+  return make_partition(units, host::ceil_div(args->k, persistent::BK), persistent::max_clusters<T>(args), min_gain_pct);
+}
+
+template <class T, int kMinGainPct = 0>
+struct Scheduler {
+  static constexpr int kSlotFloats = T::WM * T::WN;  // one consumer warpgroup's fp32 partial
+  static constexpr int kSlotFloat4s = T::kRowGroups * T::WN / 8;  // of them per thread
+
+  static constexpr bool kSplitsK = true;
+  static constexpr int kSmemBytes = 0;
+  struct Params {
+    const int32_t* order;  // the tile order (row order when null)
+    Partition part;
+    int32_t* flags;   // [cluster][rank][consumer]
+    float4* slots;    // [cluster][rank][consumer][kSlotFloat4s][128 threads]
+  };
+
+  Params p;
+  int grid_n;
+  Unit unit;  // the current unit (the cluster's index is re-read from %clusterid: one register less)
+
+  static int params(const GtArgs* args, Params* out, char* err, int errlen) {
+    const Partition part = partition_of<T>(args, kMinGainPct);
+    const int64_t bytes = workspace_bytes<T>(part);
+    if (bytes > 0 && args->workspace == nullptr)
+      return host::fail(err, errlen, "this shape splits tiles and needs a workspace of %lld bytes (GtArgs.workspace, zeroed once)",
+                        (long long)bytes);
+    auto* base = static_cast<uint8_t*>(args->workspace);
+    *out = Params{args->tile_order, part, reinterpret_cast<int32_t*>(base),
+                  bytes > 0 ? reinterpret_cast<float4*>(base + flag_bytes<T>(part)) : nullptr};
+    return 0;
+  }
+  static int max_tiles_per_cluster(int units, int clusters, const GtArgs*) { return host::ceil_div(units, clusters); }
+
+  // Records a recording warp may write, for the busiest cluster: producer: setup, and per k-block a
+  // stage wait and an issue; consumer: setup, per k-block a data wait and an MMA span, per unit an
+  // epilogue or a partial store, per partial added a wait and a reduce span.
+  static int records_per_region(const Partition& part) {
+    int64_t most = 0;
+    for (int w = 0; w < part.workers; ++w) {
+      Unit u{-1, 0, 0};
+      int64_t n = 1;
+      while (part.next(w, u)) {
+        n += 2 * (u.kb_end - u.kb_begin) + 1;
+        if (u.kb_begin == 0 && u.kb_end < part.num_kb) n += 2 * (part.last_partner(u.entry) - w);
+      }
+      most = std::max(most, n);
+    }
+    return int(std::min<int64_t>(most + 2, 1 << 30));
+  }
+
+  static void plan(const GtArgs* args, int units, int num_kb, int clusters, GtPlan* p) {
+    const Partition part = make_partition(units, num_kb, clusters, kMinGainPct);
+    p->grid_ctas = part.workers * T::kCluster;
+    p->records_per_region = records_per_region(part);
+    p->workspace_bytes = workspace_bytes<T>(part);
+    (void)args;
+  }
+
+  __device__ Scheduler(const Params& p_, int, int grid_n_, int, int, uint32_t)
+      : p(p_), grid_n(grid_n_), unit{-1, 0, 0} {}
+  __device__ void init_barriers() {}
+  template <typename GroupSync>
+  __device__ bool next_tile(bool, bool, uint32_t rank, GroupSync, int& m_block, int& n_block) {
+    if (!p.part.next(int(cluster_index()), unit)) return false;
+    coords(rank, m_block, n_block);
+    return true;
+  }
+  // The current unit's tile. The consumers recompute it after the mainloop instead of holding it
+  // through the mainloop (the register it frees is what keeps the profiled build from spilling).
+  __device__ void coords(uint32_t rank, int& m_block, int& n_block) const {
+    const int u = p.order != nullptr ? __ldg(p.order + unit.entry) : unit.entry;
+    m_block = (u / grid_n) * T::kCluster + int(rank);
+    n_block = u % grid_n;
+  }
+  __device__ bool claims() const { return false; }
+  __device__ int index() const { return unit.entry; }
+  __device__ void on_exit() {}
+  __device__ void k_range(int& kb_begin, int& kb_end) const { kb_begin = unit.kb_begin, kb_end = unit.kb_end; }
+
+  __device__ int slot_index(int w, uint32_t rank, int cw) const { return (w * T::kCluster + int(rank)) * kConsumers + cw; }
+
+  // After the unit's last k-block has retired (wgmma.wait_group 0): a whole tile needs nothing; a
+  // unit past the tile's k-block 0 publishes its partial; the unit with k-block 0 adds the others'.
+  template <class Rec, class Sync>
+  __device__ bool fixup(float (&acc)[T::kRowGroups][T::WN / 2], uint32_t rank, int cw, uint32_t tile, Rec& rec, Sync wg_sync, uint32_t& t) {
+    if (unit.kb_begin == 0 && unit.kb_end == p.part.num_kb) return true;
+    const int tid = threadIdx.x % 128, worker = int(cluster_index());
+    if (unit.kb_begin > 0) {
+      // Thread-major slot layout: each store instruction of a warp writes 512 contiguous bytes,
+      // and the finishing warpgroup's thread tid reads back exactly the elements it holds.
+      float4* slot = p.slots + size_t(slot_index(worker, rank, cw)) * (kSlotFloats / 4) + tid;
+#pragma unroll
+      for (int i = 0; i < kSlotFloat4s; ++i) {
+        const float* a = &acc[i / (T::WN / 8)][4 * (i % (T::WN / 8))];
+        __stcg(slot + i * 128, make_float4(a[0], a[1], a[2], a[3]));
+      }
+      wg_sync();  // every thread's stores, before thread 0's release
+      if (tid == 0) flag_release(p.flags + slot_index(worker, rank, cw), 1);
+      t = rec.record(Tag::PARTIAL_STORE, t, tile, uint32_t(unit.kb_begin));
+      return false;
+    }
+    // k-block 0 of a split tile: this unit ends this cluster's range, so every other segment
+    // belongs to the clusters after it, in k order. Add their partials in that order.
+    const int last = p.part.last_partner(unit.entry);
+    const int tile_g0 = (unit.entry - p.part.dp_tiles) * p.part.num_kb;
+    for (int w = worker + 1; w <= last; ++w) {
+      const uint32_t seg_kb = uint32_t(p.part.sk_begin(w) - tile_g0);  // the partner's first k-block
+      int32_t* flag = p.flags + slot_index(w, rank, cw);
+      if (tid == 0) {
+        flag_wait(flag, 1, WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile, seg_kb});
+        flag_store_relaxed(flag, 0);  // consumed: the next launch finds it clear
+      }
+      wg_sync();  // thread 0's acquire, before every thread's loads
+      t = rec.record(Tag::WAIT_PARTIAL, t, tile, seg_kb);
+      const float4* slot = p.slots + size_t(slot_index(w, rank, cw)) * (kSlotFloats / 4) + tid;
+#pragma unroll
+      for (int i = 0; i < kSlotFloat4s; ++i) {
+        const float4 v = __ldcg(slot + i * 128);
+        float* a = &acc[i / (T::WN / 8)][4 * (i % (T::WN / 8))];
+        a[0] += v.x, a[1] += v.y, a[2] += v.z, a[3] += v.w;
+      }
+      t = rec.record(Tag::REDUCE, t, tile, seg_kb);
+      rec.poll();
+    }
+    return true;
+  }
+};
+
+// Stream-K waits on other clusters, so the whole grid must be resident at once: ask the runtime how
+// many clusters of this kernel fit (once per device and build) and refuse a larger grid.
+template <class T, int kMinGainPct = 0>
+int check_resident(const GtArgs* args, const GtPlan& plan, char* err, int errlen) {
+  static int cached_device = -1, cached[2] = {0, 0};
+  int device = 0;
+  if (host::check_cuda(cudaGetDevice(&device), "cudaGetDevice", err, errlen)) return 1;
+  if (device != cached_device) cached[0] = cached[1] = 0, cached_device = device;
+  int& fits = cached[args->profile ? 1 : 0];
+  if (fits == 0) {
+    auto kernel = args->profile ? persistent::gemm_persistent<true, T, Scheduler<T, kMinGainPct>>
+                                : persistent::gemm_persistent<false, T, Scheduler<T, kMinGainPct>>;
+    if (host::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes),
+                         "cudaFuncSetAttribute", err, errlen))
+      return 1;
+    cudaLaunchAttribute attr[1];
+    const cudaLaunchConfig_t cfg = persistent::launch_config<T, Scheduler<T, kMinGainPct>>(plan, nullptr, attr);
+    if (host::check_cuda(cudaOccupancyMaxActiveClusters(&fits, kernel, &cfg), "cudaOccupancyMaxActiveClusters", err,
+                         errlen))
+      return 1;
+  }
+  if (plan.grid_ctas / T::kCluster > fits)
+    return host::fail(err, errlen,
+                      "stream-K needs all %d clusters resident at once and this device holds %d: set max_ctas to %d or fewer",
+                      plan.grid_ctas / T::kCluster, fits, fits * T::kCluster);
+  return 0;
+}
+
+template <class T, int kMinGainPct = 0>
+int launch(const GtArgs* args, const char* name, char* err, int errlen) {
+  GtPlan plan;
+  if (persistent::plan<T, Scheduler<T, kMinGainPct>>(args, &plan, err, errlen)) return 1;
+  if (plan.workspace_bytes > 0 && check_resident<T>(args, plan, err, errlen)) return 1;
+  return persistent::launch<T, Scheduler<T, kMinGainPct>>(args, name, err, errlen);
+}
+
+// For tests (tests/test_stream_k.py): the units of cluster `worker` as (entry, kb_begin, kb_end)
+// triples in `out` (room for `max_units`); returns how many there are, or -1 for a bad shape.
+template <class T, int kMinGainPct = 0>
+int units_of(const GtArgs* args, int worker, int32_t* out, int max_units) {
+  char err[8];
+  GtPlan plan;
+  if (persistent::plan<T, Scheduler<T, kMinGainPct>>(args, &plan, err, sizeof err)) return -1;
+  const Partition part = partition_of<T>(args, kMinGainPct);
+  Unit u{-1, 0, 0};
+  int n = 0;
+  while (part.next(worker, u)) {
+    if (n < max_units) out[3 * n] = u.entry, out[3 * n + 1] = u.kb_begin, out[3 * n + 2] = u.kb_end;
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace stream_k
+

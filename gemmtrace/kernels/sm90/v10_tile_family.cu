@@ -1,0 +1,118 @@
+// v10 (sm_90a): the tile shape chosen per problem: a small family of tiles, each compiled once, one
+// picked at launch by a written-down rule from M, N, K and the SM count, with stream-K where it pays.
+//
+// What changes from v9: the kernel body (persistent_gemm.cuh) and the stream-K scheduler
+// (stream_k.cuh) are instantiated for every tile of the family below instead of 128x256 alone.
+// Small tiles make more tiles where there are few (skinny M or N, small squares), 64-row tiles stop
+// computing the empty half of a 128-row tile when M is 64, and clusters of one let a lone tile
+// row (M <= 128) use every SM instead of every other one.
+//
+// The rule (tile_costs below; `gemmtrace list` and docs/kernels.md say it in words): for each tile
+// of the family, partition the work exactly as the stream-K scheduler would (whole tiles for full
+// waves, the rest split where that pays), take the k-blocks of the busiest cluster (counting
+// kFixupKBlocks per partial it moves), and scale by the tile's time per k-block: its area relative
+// to 128x256 over its measured throughput relative to 128x256 (kThroughput). The tile with the
+// smallest product runs; one within 2 % of an earlier tile of the list loses to it (the list is in
+// order of preference: larger tiles, multicast clusters first). Nothing in it names a shape.
+//
+// GtArgs.variant: 0 for the rule, i >= 1 to force tile i - 1 of the family (for studies); GtPlan
+// reports the tile that runs in tile_m, tile_n, cluster and stages, and its index + 1 in variant.
+//
+// Shapes: any M, N >= 1 with N a multiple of 8 and K a multiple of 8.
+#include "stream_k.cuh"
+
+namespace {
+
+using persistent::Tile;
+// The family, in order of preference. Stages: as many as fit beside the epilogue buffers.
+using T0 = Tile<128, 256, 2, 4>;  // v9's tile: the most work per byte loaded
+using T1 = Tile<256, 128, 2, 4>;  // the same area, for N too short for 256-wide tiles
+using T2 = Tile<128, 128, 2, 6>;  // half the area: twice the tiles where they are few
+using T3 = Tile<128, 128, 1, 6>;  // no cluster: a lone row of tiles (M <= 128) uses every SM
+using T4 = Tile<64, 256, 1, 4>;   // M <= 64: no empty half-tile computed
+constexpr int kFamily = 5;
+
+// Throughput of each tile's mainloop relative to 128x256 in clusters of two, measured on the H100
+// with every tile forced at 8192x8192x8192 (bench/results/20261123-h100-v10-family-calibration.json).
+constexpr double kThroughput[kFamily] = {1.00, 1.00, 0.90, 0.89, 0.80};
+
+// Stream-K splits only where it promises at least this many percent fewer k-blocks on the busiest
+// cluster than whole tiles. v9 measured why: its split phase runs slower than whole tiles, up to a
+// third slower with a long K, because clusters at different k offsets no longer share operands in
+// L2; predicted gains under 3 % turned into losses from -34 to +1.4 points, gains of 12 % and more
+// into wins (bench/results/20261123-h100-bench-v8-v9-shapes.json, bench/NOTES.md).
+constexpr int kMinSplitGainPct = 10;
+template <class T>
+using Sched = stream_k::Scheduler<T, kMinSplitGainPct>;
+
+template <class T>
+void describe(int32_t* out) {
+  out[0] = T::BM, out[1] = T::BN, out[2] = T::kCluster, out[3] = T::kStages;
+}
+
+// Calls f(T{}) for tile i of the family.
+template <class F>
+auto with_tile(int i, F&& f) {
+  switch (i) {
+    case 0: return f(T0{});
+    case 1: return f(T1{});
+    case 2: return f(T2{});
+    case 3: return f(T3{});
+    default: return f(T4{});
+  }
+}
+
+// The rule's cost of tile i: the busiest cluster's k-blocks, in 128x256 k-block times.
+double tile_cost(const GtArgs* args, int i) {
+  return with_tile(i, [&](auto t) {
+    using T = decltype(t);
+    const stream_k::Partition part = stream_k::partition_of<T>(args, kMinSplitGainPct);
+    return double(part.busiest_kblocks()) * (double(T::BM) * T::BN / (128.0 * 256.0)) / kThroughput[i];
+  });
+}
+
+int chosen_tile(const GtArgs* args) {
+  if (args->variant >= 1 && args->variant <= kFamily) return args->variant - 1;
+  int best = 0;
+  double best_cost = tile_cost(args, 0);
+  for (int i = 1; i < kFamily; ++i) {
+    const double c = tile_cost(args, i);
+    if (c < best_cost * 0.98) best = i, best_cost = c;
+  }
+  return best;
+}
+
+}  // namespace
+
+extern "C" int gt_plan(const GtArgs* args, GtPlan* p, char* err, int errlen) {
+  if (args->variant < 0 || args->variant > kFamily)
+    return gemmtrace::host::fail(err, errlen, "v10 has tiles 1 to %d (0: the rule chooses); got variant %d", kFamily, args->variant);
+  if (gemmtrace::host::check_bf16_gemm_shape(args, 8, err, errlen)) return 1;  // before the rule reads the shape
+  const int i = chosen_tile(args);
+  const int rc = with_tile(i, [&](auto t) { return persistent::plan<decltype(t), Sched<decltype(t)>>(args, p, err, errlen); });
+  p->variant = i + 1;
+  return rc;
+}
+
+extern "C" int gt_launch(const GtArgs* args, char* err, int errlen) {
+  if (gemmtrace::host::check_bf16_gemm_shape(args, 8, err, errlen)) return 1;
+  return with_tile(chosen_tile(args), [&](auto t) { return stream_k::launch<decltype(t), kMinSplitGainPct>(args, "launching gemm_v10", err, errlen); });
+}
+
+// The family and the rule's costs, for the Python side (`gemmtrace list`, `--kernel best`, tests):
+// tile i as (BM, BN, cluster, stages) in out[4 i ...], and its cost for this shape in costs[i]
+// (costs may be null). Returns the family's size.
+extern "C" int gt_tile_family(const GtArgs* args, int32_t* out, double* costs) {
+  for (int i = 0; i < kFamily; ++i) {
+    with_tile(i, [&](auto t) { describe<decltype(t)>(out + 4 * i); return 0; });
+    if (costs) costs[i] = args ? tile_cost(args, i) : 0.0;
+  }
+  return kFamily;
+}
+
+// For tests (tests/test_stream_k.py): the stream-K units of cluster `worker` for the tile the rule
+// (or GtArgs.variant) picks, as in v9's gt_stream_k_units.
+extern "C" int gt_stream_k_units(const GtArgs* args, int worker, int32_t* out, int max_units) {
+  if (gemmtrace::host::check_bf16_gemm_shape(args, 8, nullptr, 0)) return -1;
+  return with_tile(chosen_tile(args), [&](auto t) { return stream_k::units_of<decltype(t), kMinSplitGainPct>(args, worker, out, max_units); });
+}

@@ -1,0 +1,108 @@
+"""v10's tile family and rule, and `--kernel best`, on the CPU: the library is compiled with nvcc and
+its host-side rule (gt_plan, gt_tile_family, gt_stream_k_units) is called without a GPU."""
+from __future__ import annotations
+
+import ctypes
+import shutil
+
+import pytest
+
+from gemmtrace import GemmtraceError, registry
+from gemmtrace.stream_k import for_shape, workspace_bytes
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to build v10")
+
+
+@pytest.fixture(scope="module")
+def v10():
+    from gemmtrace.build import build
+    from gemmtrace.launch import KernelLibrary
+
+    return KernelLibrary(build("v10").library, "v10")
+
+
+def _name(bm, bn, cluster):
+    return f"{bm}x{bn}/c{cluster}"
+
+
+def test_registry_lists_the_library_family(v10):
+    family = v10.tile_family()
+    assert [_name(bm, bn, c) for (bm, bn, c, _s), _ in family] == list(registry.get("v10").tiles)
+
+
+@pytest.mark.parametrize("variant", range(1, 6))
+def test_a_forced_tile_is_the_one_planned(v10, variant):
+    (bm, bn, cluster, stages), _ = v10.tile_family()[variant - 1]
+    p = v10.plan(v10.args(1000, 1496, 520, num_sms=132, variant=variant))
+    assert (p.tile_m, p.tile_n, p.cluster, p.stages, p.variant) == (bm, bn, cluster, stages, variant)
+    assert p.smem_bytes <= 227 * 1024
+
+
+def test_bad_variant_is_one_sentence(v10):
+    with pytest.raises(GemmtraceError, match="v10 has tiles 1 to 5"):
+        v10.plan(v10.args(256, 256, 256, variant=6))
+
+
+def _choice(v10, m, n, k, sms=132):
+    p = v10.plan(v10.args(m, n, k, num_sms=sms))
+    return _name(p.tile_m, p.tile_n, p.cluster), p
+
+
+def test_rule_follows_the_shape_not_a_list(v10):
+    # M of 64: never a cluster of two along M, whose second CTA would have no rows at all.
+    for n in (4096, 8192, 12288, 2000):
+        assert _choice(v10, 64, n, 4096)[1].cluster == 1
+    # Large squares and big model shapes fill many waves: the largest tile in clusters of two.
+    for shape in [(8192, 8192, 8192), (16384, 16384, 16384), (12288, 12288, 4096), (4096, 28672, 8192)]:
+        assert _choice(v10, *shape)[0] == "128x256/c2", shape
+    # Few tiles: a smaller tile and stream-K, never the 128x256 tile alone on a few SMs.
+    name, p = _choice(v10, 256, 256, 16384)
+    assert name != "128x256/c2" and p.workspace_bytes > 0
+    # The rule is the argmin of the costs it reports (within its 2 % preference for earlier tiles).
+    for shape in [(256, 256, 16384), (8192, 128, 8192), (3000, 5000, 704), (777, 9000, 12000)]:
+        costs = [c for _t, c in v10.tile_family(v10.args(*shape, num_sms=132))]
+        chosen = v10.plan(v10.args(*shape, num_sms=132)).variant - 1
+        assert costs[chosen] <= min(costs) / 0.98 + 1e-9, (shape, costs, chosen)
+        assert all(costs[i] >= costs[chosen] * 0.98 - 1e-9 for i in range(chosen)), (shape, costs, chosen)
+
+
+def test_fewer_sms_can_change_the_choice_but_never_break_it(v10):
+    for sms in (132, 114, 78, 16, 2):
+        for shape in [(256, 256, 16384), (64, 8192, 4096), (4096, 4096, 4096)]:
+            p = v10.plan(v10.args(*shape, num_sms=sms))
+            assert 1 <= p.grid_ctas <= sms and p.grid_ctas % p.cluster == 0
+
+
+@pytest.mark.parametrize("shape", [(256, 256, 16384), (64, 8192, 4096), (8192, 128, 8192), (4160, 4160, 4160),
+                                   (3072, 3072, 3072), (4096, 4096, 4096), (333, 1032, 712)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_kernel_partition_matches_the_model_at_ten_percent(v10, shape):
+    """v10 splits only for a 10 % gain; the Python mirror with min_gain_pct=10 agrees unit for unit."""
+    p_plan = v10.plan(v10.args(*shape, num_sms=132))
+    tile = (p_plan.tile_m, p_plan.tile_n, 64)
+    p = for_shape(*shape, sms=132, tile=tile, cluster=p_plan.cluster, min_gain_pct=10)
+    assert p_plan.grid_ctas == p_plan.cluster * p.workers
+    consumers_part = (p_plan.tile_m * p_plan.tile_n) // 2
+    assert p_plan.workspace_bytes == workspace_bytes(p, cluster=p_plan.cluster, slot_floats=consumers_part)
+    fn = v10._lib.gt_stream_k_units
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int32), ctypes.c_int]
+    args = v10.args(*shape, num_sms=132)
+    buf = (ctypes.c_int32 * 3 * 64)()
+    for w in range(p.workers):
+        n = fn(ctypes.addressof(args), w, ctypes.cast(buf, ctypes.POINTER(ctypes.c_int32)), 64)
+        want = p.units_of(w)
+        assert n == len(want)
+        assert [tuple(buf[i]) for i in range(min(n, 64))] == want[:64]
+
+
+def test_best_says_what_it_chose_and_why(v10):
+    from gemmtrace.choose import choose
+
+    c = choose((64, 8192, 4096), lib=v10)
+    assert c.kernel == "v10" and c.tile == registry.get("v10").tiles[c.variant - 1] and c.tile.endswith("/c1")
+    assert c.tile in c.reason and c.reason.endswith(".")
+    big = choose((8192, 8192, 8192), lib=v10)
+    assert big.tile == "128x256/c2" and not big.split
+    assert big.kernel in ("v8", "v10") and big.label().startswith(big.kernel)
+    with pytest.raises(GemmtraceError, match="multiple of 8"):
+        choose((256, 256, 100), lib=v10)
