@@ -64,9 +64,10 @@ def test_trace_is_well_formed(runs, kernel, shape, sched, order):
     spec = registry.get(kernel)
     s = r.run.spans
     m, n, k = shape
-    bm, bn, bk = spec.tile
+    launch = r.run.meta["launch"]
+    bm, bn, bk = launch["tile"]  # the tile that ran (v10 picks one per shape)
     grid_m = math.ceil(m / bm)
-    grid_m = math.ceil(grid_m / spec.cluster) * spec.cluster  # clusters pad the grid
+    grid_m = math.ceil(grid_m / launch["cluster"]) * launch["cluster"]  # clusters pad the grid
     tiles = grid_m * math.ceil(n / bn)
     num_kb = math.ceil(k / bk)
     consumers = 2 if "producer" in spec.roles else 1  # warp-specialized kernels: two consumer warpgroups
@@ -82,8 +83,14 @@ def test_trace_is_well_formed(runs, kernel, shape, sched, order):
     assert (per_tile["count"] == num_kb * consumers).all() and (per_tile["nunique"] == num_kb).all()
     assert (per_tile["min"] == 0).all() and (per_tile["max"] == num_kb - 1).all()
     epi = s[s["tag"] == "epilogue"]
-    # Every tile computed exactly once: one epilogue span per tile and consumer warpgroup.
-    assert sorted(epi["tile"]) == sorted(list(range(tiles)) * consumers)
+    # Every tile finished exactly once: one epilogue span per tile and consumer warpgroup, except the
+    # tiles that v10's parallel fix-up stores as slices, one reduce span per segment (two at least).
+    epi_count = epi.groupby("tile", observed=True).size()
+    assert (epi_count == consumers).all()
+    sliced = sorted(set(range(tiles)) - set(epi_count.index))
+    if sliced:
+        reduce = s[s["tag"] == "reduce"].groupby("tile", observed=True).size()
+        assert all(reduce.get(t, 0) >= 2 * consumers for t in sliced)
     if sched == "dynamic":
         # Each CTA's producer records the claim of every tile it ran (rank 0 claims, rank 1 receives
         # it through the cluster) and the final empty claim that ended its loop.

@@ -2,8 +2,7 @@
 // counter, the Hopper stand-in for Blackwell's Cluster Launch Control.
 //
 // What changes from v7: with --sched dynamic, the producer thread of each cluster's rank-0 CTA
-// claims the next entry of the tile order with one atomicAdd when it starts a tile (its first tile,
-// entry c for cluster c, needs no claim: the counter hands out entries G, G + 1, ...), and publishes
+// claims the next entry of the tile order with one atomicAdd when it starts a tile, and publishes
 // it to both CTAs through a two-slot ring in shared memory (a st.shared::cluster into the peer and
 // a release.cluster arrive on each CTA's "claimed" barrier). Every role of both CTAs (the other
 // producer and the four consumer warpgroups) reads the tile from the ring, and frees the slot with
@@ -29,7 +28,7 @@ constexpr int kClaimSlots = 2;  // claimed tiles in flight between rank 0's prod
 constexpr int kClaimReaders = persistent::kConsumers + (1 + persistent::kConsumers) * (Tile::kCluster - 1);
 
 // Static (--sched static): cluster c of G visits entries c, c + G, ... of the tile order, as in v7.
-// Dynamic: position = G + atomicAdd(counter, 1) after the first (c), claimed by rank 0's producer and passed to everyone
+// Dynamic: position = atomicAdd(counter, 1), claimed by rank 0's producer and passed to everyone
 // else through the claim ring. An entry is a cluster tile u = m_pair * grid_n + n_block; rank r of
 // the cluster takes m block 2 * m_pair + r.
 struct TileScheduler {
@@ -79,9 +78,7 @@ struct TileScheduler {
     // Wait until every reader has read what this slot held kClaimSlots claims ago.
     mbarrier_wait(read_bar(j), ((taken / kClaimSlots) & 1) ^ 1,
                   WaitSite{uint32_t(Role::SCHEDULER), persistent::kReadBarrier, kNoTile, uint32_t(taken)});
-    // A cluster's first tile is its own index, as under the static schedule: no atomic round trip
-    // before the first loads. The counter hands out the positions after the first wave.
-    int i = taken == 0 ? int(cluster_index()) : clusters + atomicAdd(p.counter, 1);
+    int i = atomicAdd(p.counter, 1);
     if (i >= units) i = -1;
     *reinterpret_cast<volatile int32_t*>(__cvta_shared_to_generic(slot(j))) = i;
     st_shared_cluster(slot(j), peer, i);
