@@ -304,54 +304,68 @@ struct Scheduler {
     return true;
   }
 
-  // The parallel fix-up (few tiles, every tile split over all clusters). Each segment's warpgroup
-  // publishes its partial; once every segment of the tile is published, segment p of S sums slice
-  // p of the tile over all S partials, in k order (the same additions every run), and stores it to
-  // C as bf16. The last warpgroup done reading clears the tile's flags and count for the next launch.
-  // No deadlock: a cluster waits here only for the segments of this tile; a segment is published
-  // as soon as its k-blocks are done, and only the cluster that holds the tile's k-block 0 (the last
-  // unit of its range) has waited before (for the previous tile, which needs nothing from this one).
+  // The parallel fix-up (few tiles, every tile split over all clusters; a cluster's range then
+  // touches one or two tiles). Each unit publishes its partial at once. After the last unit of its
+  // range, the cluster reduces its share of each tile it touched: once every segment of the tile is
+  // published, segment p of S sums slice p of the tile over all S partials, in k order (the same
+  // additions every run), and stores it to C as bf16. The last warpgroup done reading clears the
+  // tile's flags and count for the next launch.
+  // No deadlock and no chain: a cluster waits only after publishing every partial it will ever
+  // publish, so every wait ends once all clusters have run their k-blocks (all are resident).
+  __device__ int slot_of(int w, int entry, uint32_t rank, int cw) const {
+    // Cluster w keeps its partial of tile `entry` in its first slot, or in its second when its range
+    // began in the tile before.
+    const int second = p.part.sk_begin(w) < entry * p.part.num_kb ? 1 : 0;
+    return ((w * 2 + second) * T::kCluster + int(rank)) * kConsumers + cw;
+  }
+
   template <class Rec, class Sync>
   __device__ bool fixup_parallel(float (&acc)[T::kRowGroups][T::WN / 2], uint32_t rank, int cw, uint32_t tile, Rec& rec,
                                  Sync wg_sync, uint32_t& t) {
     const int tid = threadIdx.x % 128, worker = int(cluster_index());
-    const int g0 = unit.entry * p.part.num_kb;  // no whole tiles come first under this partition
-    const int first = p.part.owner(g0), last = p.part.last_partner(unit.entry);
-    // Where cluster w keeps its partial of this tile: its first slot, unless the tile is the second
-    // unit of its range (only for the cluster whose range ends with the tile's k-block 0).
-    auto slot_of = [&](int w) {
-      const int second = (w == first && p.part.sk_begin(w) < g0) ? 1 : 0;
-      return ((w * 2 + second) * T::kCluster + int(rank)) * kConsumers + cw;
-    };
-    float4* mine = p.slots + size_t(slot_of(worker)) * (kSlotFloats / 4) + tid;
+    float4* mine = p.slots + size_t(slot_of(worker, unit.entry, rank, cw)) * (kSlotFloats / 4) + tid;
 #pragma unroll
     for (int i = 0; i < kSlotFloat4s; ++i) {
       const float* a = &acc[i / (T::WN / 8)][4 * (i % (T::WN / 8))];
       __stcg(mine + i * 128, make_float4(a[0], a[1], a[2], a[3]));
     }
     wg_sync();  // every thread's stores, before thread 0's release
-    if (tid == 0) flag_release(p.flags + slot_of(worker), 1);
+    if (tid == 0) flag_release(p.flags + slot_of(worker, unit.entry, rank, cw), 1);
     t = rec.record(Tag::PARTIAL_STORE, t, tile, uint32_t(unit.kb_begin));
+    if (unit.entry * p.part.num_kb + unit.kb_end < p.part.sk_begin(worker + 1)) return false;  // more units follow
+#pragma unroll 1
+    for (int e = p.part.sk_begin(worker) / p.part.num_kb; e <= unit.entry; ++e) reduce_slice(e, rank, cw, rec, wg_sync, t);
+    return false;
+  }
+
+  // This cluster's slice of tile `entry`: wait for every segment, sum the slice, store it to C.
+  template <class Rec, class Sync>
+  __device__ void reduce_slice(int entry, uint32_t rank, int cw, Rec& rec, Sync wg_sync, uint32_t& t) {
+    const int tid = threadIdx.x % 128, worker = int(cluster_index());
+    const int g0 = entry * p.part.num_kb;  // no whole tiles come first under this partition
+    const int first = p.part.owner(g0), last = p.part.last_partner(entry);
+    const int u = p.order != nullptr ? __ldg(p.order + entry) : entry;
+    const int m_block = (u / grid_n) * T::kCluster + int(rank), n_block = u % grid_n;
+    const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
+    const uint32_t my_kb = uint32_t(max(p.part.sk_begin(worker) - g0, 0));
     if (tid == 0)
       for (int w = first; w <= last; ++w)
         if (w != worker)
-          flag_wait(p.flags + slot_of(w), 1,
-                    WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile, uint32_t(p.part.sk_begin(w) - g0)});
+          flag_wait(p.flags + slot_of(w, entry, rank, cw), 1,
+                    WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile, uint32_t(max(p.part.sk_begin(w) - g0, 0))});
     wg_sync();  // thread 0's acquires, before every thread's loads
-    t = rec.record(Tag::WAIT_PARTIAL, t, tile, uint32_t(unit.kb_begin));
-    int m_block, n_block;
-    coords(rank, m_block, n_block);
+    t = rec.record(Tag::WAIT_PARTIAL, t, tile, my_kb);
     constexpr int F = kSlotFloat4s * 128;  // float4s in a slot; slot index f = i * 128 + thread
     const int segments = last - first + 1, seg = worker - first;
     // Clusters after `first` keep this tile in their first slot: consecutive clusters' slots are a
     // fixed stride apart.
-    const float4* first_slot = p.slots + size_t(slot_of(first)) * (kSlotFloats / 4);
+    const float4* first_slot = p.slots + size_t(slot_of(first, entry, rank, cw)) * (kSlotFloats / 4);
     const float4* next_slots = p.slots + size_t(((first + 1) * 2 * T::kCluster + int(rank)) * kConsumers + cw) * (kSlotFloats / 4);
     constexpr size_t kStride = size_t(2) * T::kCluster * kConsumers * (kSlotFloats / 4);
 #pragma unroll 1
     for (int f = seg * F / segments + tid; f < (seg + 1) * F / segments; f += 128) {
       float4 s = __ldcg(first_slot + f);
-#pragma unroll 1
+#pragma unroll 4
       for (int w = 0; w < last - first; ++w) {
         const float4 v = __ldcg(next_slots + w * kStride + f);
         s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
@@ -367,17 +381,16 @@ struct Scheduler {
           *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row + 8) * p.n + col) = __floats2bfloat162_rn(s.z, s.w);
       }
     }
-    t = rec.record(Tag::REDUCE, t, tile, uint32_t(unit.kb_begin));
+    t = rec.record(Tag::REDUCE, t, tile, my_kb);
     wg_sync();  // every thread's loads, before thread 0 says this warpgroup is done reading
     if (tid == 0) {
       int32_t* count = p.flags + size_t(p.part.workers) * 2 * T::kCluster * kConsumers +
-                       (unit.entry * T::kCluster + int(rank)) * kConsumers + cw;
+                       (entry * T::kCluster + int(rank)) * kConsumers + cw;
       if (flag_add_acq_rel(count, 1) == segments - 1) {  // everyone has read: clear for the next launch
-        for (int w = first; w <= last; ++w) flag_store_relaxed(p.flags + slot_of(w), 0);
+        for (int w = first; w <= last; ++w) flag_store_relaxed(p.flags + slot_of(w, entry, rank, cw), 0);
         flag_store_relaxed(count, 0);
       }
     }
-    return false;
   }
 };
 
