@@ -13,9 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# Time to move one warpgroup's fp32 partial through L2, in k-blocks of mainloop time.
+# Time to move one warpgroup's 64x256 fp32 partial through L2, in k-blocks of mainloop time.
 FIXUP_KBLOCKS = 2
-PARALLEL_FIXUP_KBLOCKS = FIXUP_KBLOCKS + 1  # v10's parallel fix-up: store, slices read back, the wait
 _MAX_SPLIT_ITERS = 1 << 30  # beyond this many split k-blocks the kernel keeps every tile whole
 
 
@@ -27,7 +26,6 @@ class Partition:
     dp_tiles: int  # entries [0, dp_tiles) are whole tiles; the rest are split
     sk_base: int  # split k-blocks per cluster ...
     sk_extra: int  # ... plus one for clusters below this
-    parallel: bool = False  # fewer tiles than clusters: every tile split over all, reduced together (v10)
 
     @property
     def split(self) -> bool:
@@ -71,24 +69,17 @@ class Partition:
         return out
 
 
-def partition(units: int, num_kb: int, max_workers: int, min_gain_pct: int = 0,
-              parallel_fixup: bool = False) -> Partition:
+def partition(units: int, num_kb: int, max_workers: int, min_gain_pct: int = 0) -> Partition:
     """The rule (the kernel's make_partition): whole tiles when the tiles fill whole waves; else the
     last (units mod W) + W tiles (all of them when units < W) split into equal ranges of k-blocks,
     one per cluster (at most sqrt(num_kb / 2) segments a tile when tiles are few), if that beats
     whole tiles on the busiest cluster counting FIXUP_KBLOCKS per partial moved, by at least
-    `min_gain_pct` percent of the whole-tile k-blocks (v9: 0; v10: 10). With `parallel_fixup` and
-    fewer tiles than clusters, every tile is cut over all the clusters instead (v10's small tiles)."""
+    `min_gain_pct` percent of the whole-tile k-blocks (v9: 0; v10: 10)."""
     w_all = max(1, max_workers)
     whole = Partition(units, num_kb, min(units, w_all), units, 0, 0)
     rest = units % w_all
     if rest == 0:
         return whole
-    if parallel_fixup and units < w_all and units * num_kb <= _MAX_SPLIT_ITERS:
-        iters = units * num_kb
-        workers = min(w_all, iters)
-        if (-(-iters // workers) + PARALLEL_FIXUP_KBLOCKS) * 100 < num_kb * (100 - min_gain_pct):
-            return Partition(units, num_kb, workers, 0, iters // workers, iters % workers, True)
     split_tiles = rest + w_all if units > w_all else units
     max_segments = max(1, math.isqrt(num_kb // FIXUP_KBLOCKS))
     workers = min(w_all, split_tiles * max_segments)
@@ -104,12 +95,12 @@ def partition(units: int, num_kb: int, max_workers: int, min_gain_pct: int = 0,
 
 
 def for_shape(m: int, n: int, k: int, sms: int = 132, tile: tuple[int, int, int] = (128, 256, 64),
-              cluster: int = 2, min_gain_pct: int = 0, parallel_fixup: bool = False) -> Partition:
+              cluster: int = 2, min_gain_pct: int = 0) -> Partition:
     """The partition v9 (or v10, with its tile and min_gain_pct=10) uses for an (M, N, K) GEMM on
     `sms` SMs (or a max_ctas cap)."""
     bm, bn, bk = tile
     units = math.ceil(math.ceil(m / bm) / cluster) * math.ceil(n / bn)
-    return partition(units, math.ceil(k / bk), max(1, sms // cluster), min_gain_pct, parallel_fixup)
+    return partition(units, math.ceil(k / bk), max(1, sms // cluster), min_gain_pct)
 
 
 def workspace_bytes(p: Partition, cluster: int = 2, consumers: int = 2, slot_floats: int = 64 * 256) -> int:
@@ -117,6 +108,5 @@ def workspace_bytes(p: Partition, cluster: int = 2, consumers: int = 2, slot_flo
     then one fp32 slot for each."""
     if not p.split:
         return 0
-    slots = p.workers * (2 if p.parallel else 1) * cluster * consumers
-    ints = slots + (p.units * cluster * consumers if p.parallel else 0)  # the flags, then per-tile counts
-    return -(-ints * 4 // 1024) * 1024 + slots * slot_floats * 4
+    slots = p.workers * cluster * consumers
+    return -(-slots * 4 // 1024) * 1024 + slots * slot_floats * 4

@@ -11,9 +11,10 @@
 // of the family, partition the work exactly as the stream-K scheduler would (whole tiles for full
 // waves, the rest split where that pays), take the k-blocks of the busiest cluster (counting
 // kFixupKBlocks per partial it moves), and scale by the tile's time per k-block: its area relative
-// to 128x256 over its measured throughput relative to 128x256 (kThroughput). The tile with the
-// smallest product runs; one within 2 % of an earlier tile of the list loses to it (the list is in
-// order of preference: larger tiles, multicast clusters first). Nothing in it names a shape.
+// to 128x256 over its measured throughput relative to 128x256 (kThroughput), or over 1 when the
+// GEMM is memory-bound (memory_bound below). The tile with the smallest product runs; one within
+// 2 % of an earlier tile of the list loses to it (the list is in order of preference: larger tiles,
+// multicast clusters first). Nothing in it names a shape.
 //
 // GtArgs.variant: 0 for the rule, i >= 1 to force tile i - 1 of the family (for studies); GtPlan
 // reports the tile that runs in tile_m, tile_n, cluster and stages, and its index + 1 in variant.
@@ -43,14 +44,8 @@ constexpr double kThroughput[kFamily] = {1.00, 0.94, 0.74, 0.68, 0.62};
 // L2; predicted gains under 3 % turned into losses from -34 to +1.4 points, gains of 12 % and more
 // into wins (bench/results/20261123-h100-bench-v8-v9-shapes.json, bench/NOTES.md).
 constexpr int kMinSplitGainPct = 10;
-// With fewer tiles than clusters every tile is cut over all the clusters and its segments reduce
-// it together (stream_k.cuh, the parallel fix-up), instead of v9's at most sqrt(K_b / 2) segments
-// added up by one CTA: for the tiles whose consumers hold 64 accumulators a thread. With 128
-// (128x256, 256x128) the profiled build spills with it, and those tiles keep v9's fix-up.
 template <class T>
-constexpr bool kParallelFixup = T::kRowGroups * T::WN / 2 <= 64;
-template <class T>
-using Sched = stream_k::Scheduler<T, kMinSplitGainPct, kParallelFixup<T>>;
+using Sched = stream_k::Scheduler<T, kMinSplitGainPct>;
 
 template <class T>
 void describe(int32_t* out) {
@@ -69,12 +64,24 @@ auto with_tile(int i, F&& f) {
   }
 }
 
+// Below this arithmetic intensity (flops per byte of A, B and C) a GEMM waits on HBM, whatever its
+// tile: half the H100's ratio of dense bf16 tensor throughput to HBM bandwidth (~990 TFLOP/s over
+// ~3.35 TB/s, ~300). There the tiles' throughputs measured on a compute-bound shape do not apply
+// (each is slowed to the same HBM pace), and the rule compares k-blocks and area alone.
+constexpr double kMemoryBoundFlopsPerByte = 150.0;
+
+bool memory_bound(const GtArgs* args) {
+  const double m = double(args->m), n = double(args->n), k = double(args->k);
+  return 2.0 * m * n * k / (2.0 * (m * k + n * k + m * n)) < kMemoryBoundFlopsPerByte;
+}
+
 // The rule's cost of tile i: the busiest cluster's k-blocks, in 128x256 k-block times.
 double tile_cost(const GtArgs* args, int i) {
+  const double throughput = memory_bound(args) ? 1.0 : kThroughput[i];
   return with_tile(i, [&](auto t) {
     using T = decltype(t);
-    const stream_k::Partition part = stream_k::partition_of<T>(args, kMinSplitGainPct, kParallelFixup<T>);
-    return double(part.busiest_kblocks()) * (double(T::BM) * T::BN / (128.0 * 256.0)) / kThroughput[i];
+    const stream_k::Partition part = stream_k::partition_of<T>(args, kMinSplitGainPct);
+    return double(part.busiest_kblocks()) * (double(T::BM) * T::BN / (128.0 * 256.0)) / throughput;
   });
 }
 
@@ -103,7 +110,7 @@ extern "C" int gt_plan(const GtArgs* args, GtPlan* p, char* err, int errlen) {
 
 extern "C" int gt_launch(const GtArgs* args, char* err, int errlen) {
   if (gemmtrace::host::check_bf16_gemm_shape(args, 8, err, errlen)) return 1;
-  return with_tile(chosen_tile(args), [&](auto t) { return stream_k::launch<decltype(t), kMinSplitGainPct, kParallelFixup<decltype(t)>>(args, "launching gemm_v10", err, errlen); });
+  return with_tile(chosen_tile(args), [&](auto t) { return stream_k::launch<decltype(t), kMinSplitGainPct>(args, "launching gemm_v10", err, errlen); });
 }
 
 // The family and the rule's costs, for the Python side (`gemmtrace list`, `--kernel best`, tests):
@@ -121,5 +128,5 @@ extern "C" int gt_tile_family(const GtArgs* args, int32_t* out, double* costs) {
 // (or GtArgs.variant) picks, as in v9's gt_stream_k_units.
 extern "C" int gt_stream_k_units(const GtArgs* args, int worker, int32_t* out, int max_units) {
   if (gemmtrace::host::check_bf16_gemm_shape(args, 8, nullptr, 0)) return -1;
-  return with_tile(chosen_tile(args), [&](auto t) { return stream_k::units_of<decltype(t), kMinSplitGainPct, kParallelFixup<decltype(t)>>(args, worker, out, max_units); });
+  return with_tile(chosen_tile(args), [&](auto t) { return stream_k::units_of<decltype(t), kMinSplitGainPct>(args, worker, out, max_units); });
 }
