@@ -13,8 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# Time to move one warpgroup's 64x256 fp32 partial through L2, in k-blocks of mainloop time.
+# Time to move one warpgroup's fp32 partial through L2, in k-blocks of mainloop time.
 FIXUP_KBLOCKS = 2
+PARALLEL_FIXUP_KBLOCKS = 12  # v10's parallel fix-up: store, the wait, slices read back (measured ~5 us)
 _MAX_SPLIT_ITERS = 1 << 30  # beyond this many split k-blocks the kernel keeps every tile whole
 
 
@@ -26,6 +27,7 @@ class Partition:
     dp_tiles: int  # entries [0, dp_tiles) are whole tiles; the rest are split
     sk_base: int  # split k-blocks per cluster ...
     sk_extra: int  # ... plus one for clusters below this
+    parallel: bool = False  # fewer tiles than clusters: every tile split over all, reduced together (v10)
 
     @property
     def split(self) -> bool:
@@ -69,8 +71,36 @@ class Partition:
         return out
 
 
-def partition(units: int, num_kb: int, max_workers: int, min_gain_pct: int = 0) -> Partition:
-    """The rule (the kernel's make_partition): whole tiles when the tiles fill whole waves; else the
+def partition(units: int, num_kb: int, max_workers: int, min_gain_pct: int = 0,
+              parallel_fixup: bool = False) -> Partition:
+    """The kernel's make_partition: the serial partition below, or with `parallel_fixup` and fewer
+    tiles than clusters every tile cut over all the clusters, whichever leaves the busiest cluster
+    fewer k-blocks (the parallel fix-up counted as PARALLEL_FIXUP_KBLOCKS)."""
+    serial = _serial_partition(units, num_kb, max_workers, min_gain_pct)
+    w_all = max(1, max_workers)
+    if not parallel_fixup or units >= w_all or units * num_kb > _MAX_SPLIT_ITERS:
+        return serial
+    iters = units * num_kb
+    workers = min(w_all, iters)
+    busiest = -(-iters // workers) + PARALLEL_FIXUP_KBLOCKS
+    if busiest < busiest_kblocks(serial) and busiest * 100 < num_kb * (100 - min_gain_pct):
+        return Partition(units, num_kb, workers, 0, iters // workers, iters % workers, True)
+    return serial
+
+
+def busiest_kblocks(p: Partition) -> int:
+    """The kernel's Partition::busiest_kblocks: the busiest cluster's k-blocks, fix-ups counted."""
+    whole = -(-p.dp_tiles // p.workers) * p.num_kb
+    if not p.split:
+        return whole
+    if p.parallel:
+        return p.sk_base + (p.sk_extra > 0) + PARALLEL_FIXUP_KBLOCKS
+    split_tiles = p.units - p.dp_tiles
+    return whole + p.sk_base + (p.sk_extra > 0) + FIXUP_KBLOCKS * -(-p.workers // split_tiles)
+
+
+def _serial_partition(units: int, num_kb: int, max_workers: int, min_gain_pct: int) -> Partition:
+    """The serial rule (the kernel's make_serial_partition; v9's whole rule): whole tiles when the tiles fill whole waves; else the
     last (units mod W) + W tiles (all of them when units < W) split into equal ranges of k-blocks,
     one per cluster (at most sqrt(num_kb / 2) segments a tile when tiles are few), if that beats
     whole tiles on the busiest cluster counting FIXUP_KBLOCKS per partial moved, by at least
@@ -95,12 +125,12 @@ def partition(units: int, num_kb: int, max_workers: int, min_gain_pct: int = 0) 
 
 
 def for_shape(m: int, n: int, k: int, sms: int = 132, tile: tuple[int, int, int] = (128, 256, 64),
-              cluster: int = 2, min_gain_pct: int = 0) -> Partition:
+              cluster: int = 2, min_gain_pct: int = 0, parallel_fixup: bool = False) -> Partition:
     """The partition v9 (or v10, with its tile and min_gain_pct=10) uses for an (M, N, K) GEMM on
     `sms` SMs (or a max_ctas cap)."""
     bm, bn, bk = tile
     units = math.ceil(math.ceil(m / bm) / cluster) * math.ceil(n / bn)
-    return partition(units, math.ceil(k / bk), max(1, sms // cluster), min_gain_pct)
+    return partition(units, math.ceil(k / bk), max(1, sms // cluster), min_gain_pct, parallel_fixup)
 
 
 def workspace_bytes(p: Partition, cluster: int = 2, consumers: int = 2, slot_floats: int = 64 * 256) -> int:
@@ -108,5 +138,6 @@ def workspace_bytes(p: Partition, cluster: int = 2, consumers: int = 2, slot_flo
     then one fp32 slot for each."""
     if not p.split:
         return 0
-    slots = p.workers * cluster * consumers
-    return -(-slots * 4 // 1024) * 1024 + slots * slot_floats * 4
+    slots = p.workers * (2 if p.parallel else 1) * cluster * consumers
+    ints = slots + (p.units * cluster * consumers if p.parallel else 0)  # the flags, then per-tile counts
+    return -(-ints * 4 // 1024) * 1024 + slots * slot_floats * 4

@@ -83,8 +83,14 @@ def test_trace_is_well_formed(runs, kernel, shape, sched, order):
     assert (per_tile["count"] == num_kb * consumers).all() and (per_tile["nunique"] == num_kb).all()
     assert (per_tile["min"] == 0).all() and (per_tile["max"] == num_kb - 1).all()
     epi = s[s["tag"] == "epilogue"]
-    # Every tile computed exactly once: one epilogue span per tile and consumer warpgroup.
-    assert sorted(epi["tile"]) == sorted(list(range(tiles)) * consumers)
+    # Every tile finished exactly once: one epilogue span per tile and consumer warpgroup, except the
+    # tiles that v10's parallel fix-up stores as slices, one reduce span per segment (two at least).
+    epi_count = epi.groupby("tile", observed=True).size()
+    assert (epi_count == consumers).all()
+    sliced = sorted(set(range(tiles)) - set(epi_count.index))
+    if sliced:
+        reduce = s[s["tag"] == "reduce"].groupby("tile", observed=True).size()
+        assert all(reduce.get(t, 0) >= 2 * consumers for t in sliced)
     if sched == "dynamic":
         # Each CTA's producer records the claim of every tile it ran (rank 0 claims, rank 1 receives
         # it through the cluster) and the final empty claim that ended its loop.

@@ -80,9 +80,10 @@ def test_kernel_partition_matches_the_model_at_ten_percent(v10, shape):
     """v10 splits only for a 10 % gain; the Python mirror with min_gain_pct=10 agrees unit for unit."""
     p_plan = v10.plan(v10.args(*shape, num_sms=132))
     tile = (p_plan.tile_m, p_plan.tile_n, 64)
-    p = for_shape(*shape, sms=132, tile=tile, cluster=p_plan.cluster, min_gain_pct=10)
+    parallel = p_plan.tile_m * p_plan.tile_n <= 128 * 128  # tiles with 64 accumulators a thread
+    p = for_shape(*shape, sms=132, tile=tile, cluster=p_plan.cluster, min_gain_pct=10, parallel_fixup=parallel)
     assert p_plan.grid_ctas == p_plan.cluster * p.workers
-    consumers_part = (p_plan.tile_m * p_plan.tile_n) // 2  # one consumer warpgroup's part of the tile
+    consumers_part = (p_plan.tile_m * p_plan.tile_n) // 2
     assert p_plan.workspace_bytes == workspace_bytes(p, cluster=p_plan.cluster, slot_floats=consumers_part)
     fn = v10._lib.gt_stream_k_units
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int32), ctypes.c_int]

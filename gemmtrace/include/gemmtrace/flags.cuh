@@ -28,6 +28,15 @@ __device__ __forceinline__ int32_t flag_load_acquire(const int32_t* flag) {
   return v;
 }
 
+// An atomic add at gpu scope with acquire and release semantics; returns the old value. Counts
+// arrivals: the release publishes what this thread (and, through bar.sync, its group) did before,
+// the acquire lets the last arrival see all of it.
+__device__ __forceinline__ int32_t flag_add_acq_rel(int32_t* flag, int32_t value) {
+  int32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(flag), "r"(value) : "memory");
+  return old;
+}
+
 // A store nobody synchronizes on (resetting a flag that only this thread reads again).
 __device__ __forceinline__ void flag_store_relaxed(int32_t* flag, int32_t value) {
   asm volatile("st.relaxed.gpu.global.s32 [%0], %1;" ::"l"(flag), "r"(value) : "memory");

@@ -51,6 +51,12 @@ using persistent::kConsumers;
 // against ~0.6 us a k-block; both scale with the tile's area, so the ratio holds for every tile of
 // the family. Sets the split limit and the split-or-not test (see the header comment).
 constexpr int kFixupKBlocks = 2;
+// The parallel fix-up (below), in the same units: its partial stored, the wait for the tile's other
+// segments, one partial's worth read back in slices. Measured with v10's trace at 256x256x16384
+// (128x128 tiles, 33 segments a tile): about 5 us, 12 k-blocks of 0.41 us. So it pays only where
+// a tile has many segments; with a few, v9's serial fix-up is cheaper (measured slower by 14-25 % at
+// 512x1024x8192, 64x8192x4096 and 8192x128x8192, 3 to 5 segments a tile).
+constexpr int kParallelFixupKBlocks = 12;
 
 // A unit of work; also the cursor through a cluster's list of units (the next one follows from it).
 struct Unit {
@@ -67,6 +73,7 @@ struct Partition {
   int workers;   // clusters launched
   int dp_tiles;  // entries [0, dp_tiles) are whole tiles; the rest are split
   int sk_base, sk_extra;  // split k-blocks per cluster: sk_base, plus one for clusters < sk_extra
+  int parallel;  // 1: fewer tiles than clusters, every tile split, all segments reduce together
 
   __host__ __device__ int sk_begin(int w) const { return w * sk_base + (w < sk_extra ? w : sk_extra); }
   // The cluster whose range holds split k-block g.
@@ -105,6 +112,7 @@ struct Partition {
   int64_t busiest_kblocks() const {
     const int64_t whole = (int64_t(dp_tiles) + workers - 1) / workers * num_kb;
     if (!split()) return whole;
+    if (parallel) return sk_base + (sk_extra > 0) + kParallelFixupKBlocks;
     const int64_t split_tiles = units - dp_tiles;
     return whole + sk_base + (sk_extra > 0) + kFixupKBlocks * ((workers + split_tiles - 1) / split_tiles);
   }
@@ -114,9 +122,13 @@ inline int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // min_gain_pct: keep a split only where it promises at least that many percent fewer k-blocks on
 // the busiest cluster than whole tiles (v9: 0, any gain; v10: see v10_tile_family.cu).
-inline Partition make_partition(int units, int num_kb, int max_workers, int min_gain_pct = 0) {
+// parallel_fixup (make_partition below): with fewer tiles than clusters, also consider cutting every
+// tile's k-loop over all the clusters and letting every segment's cluster reduce a slice of the
+// tile (v10), instead of capping the segments at sqrt(K_b / 2) for one CTA to add them all (v9),
+// and keep whichever leaves the busiest cluster fewer k-blocks.
+inline Partition make_serial_partition(int units, int num_kb, int max_workers, int min_gain_pct) {
   const int w_all = std::max(1, max_workers);
-  const Partition whole{units, num_kb, std::min(units, w_all), units, 0, 0};
+  const Partition whole{units, num_kb, std::min(units, w_all), units, 0, 0, 0};
   const int rest = units % w_all;
   if (rest == 0) return whole;
   const int split_tiles = units > w_all ? rest + w_all : units;
@@ -128,28 +140,49 @@ inline Partition make_partition(int units, int num_kb, int max_workers, int min_
   const int64_t dp_kblocks = int64_t(units - split_tiles) / w_all * num_kb;  // full waves before the split
   const int64_t whole_kblocks = ceil_div64(units, w_all) * num_kb;
   if ((dp_kblocks + busiest) * 100 >= whole_kblocks * (100 - min_gain_pct)) return whole;
-  return Partition{units, num_kb, workers, units - split_tiles, int(iters / workers), int(iters % workers)};
+  return Partition{units, num_kb, workers, units - split_tiles, int(iters / workers), int(iters % workers), 0};
 }
 
-// The flags: one per (cluster, rank, consumer warpgroup), in whole KiB.
+inline Partition make_partition(int units, int num_kb, int max_workers, int min_gain_pct, bool parallel_fixup) {
+  const Partition serial = make_serial_partition(units, num_kb, max_workers, min_gain_pct);
+  const int w_all = std::max(1, max_workers);
+  if (!parallel_fixup || units >= w_all || int64_t(units) * num_kb > (int64_t(1) << 30)) return serial;
+  const int64_t iters = int64_t(units) * num_kb;
+  const int workers = int(std::min<int64_t>(w_all, iters));
+  const Partition parallel{units, num_kb, workers, 0, int(iters / workers), int(iters % workers), 1};
+  const int64_t busiest = parallel.busiest_kblocks();
+  if (busiest < serial.busiest_kblocks() && busiest * 100 < int64_t(num_kb) * (100 - min_gain_pct)) return parallel;
+  return serial;
+}
+
+// Partial slots per cluster: one (the first unit of its range), or two under the parallel fix-up,
+// where the unit that ends a range publishes a partial too.
+inline int slots_per_worker(const Partition& part) { return part.parallel ? 2 : 1; }
+
+// The flags: one per slot and (rank, consumer warpgroup); under the parallel fix-up then a count per
+// tile and (rank, consumer warpgroup); in whole KiB.
 template <class T>
 int64_t flag_bytes(const Partition& part) {
-  return host::ceil_div(int64_t(part.workers) * T::kCluster * kConsumers * 4, 1024) * int64_t(1024);
+  const int64_t ints = (int64_t(part.workers) * slots_per_worker(part) + (part.parallel ? part.units : 0)) *
+                       T::kCluster * kConsumers;
+  return host::ceil_div(ints * 4, 1024) * int64_t(1024);
 }
 
 template <class T>
 int64_t workspace_bytes(const Partition& part) {
   if (!part.split()) return 0;
-  return flag_bytes<T>(part) + int64_t(part.workers) * T::kCluster * kConsumers * T::WM * T::WN * 4;
+  return flag_bytes<T>(part) +
+         int64_t(part.workers) * slots_per_worker(part) * T::kCluster * kConsumers * T::WM * T::WN * 4;
 }
 
 template <class T>
-Partition partition_of(const GtArgs* args, int min_gain_pct) {
+Partition partition_of(const GtArgs* args, int min_gain_pct, bool parallel_fixup) {
   const int units = persistent::grid_m_groups<T>(args) * persistent::grid_n<T>(args);
-  return make_partition(units, host::ceil_div(args->k, persistent::BK), persistent::max_clusters<T>(args), min_gain_pct);
+  return make_partition(units, host::ceil_div(args->k, persistent::BK), persistent::max_clusters<T>(args), min_gain_pct,
+                        parallel_fixup);
 }
 
-template <class T, int kMinGainPct = 0>
+template <class T, int kMinGainPct = 0, bool kParallelFixup = false>
 struct Scheduler {
   static constexpr int kSlotFloats = T::WM * T::WN;  // one consumer warpgroup's fp32 partial
   static constexpr int kSlotFloat4s = T::kRowGroups * T::WN / 8;  // of them per thread
@@ -160,7 +193,9 @@ struct Scheduler {
     const int32_t* order;  // the tile order (row order when null)
     Partition part;
     int32_t* flags;   // [cluster][rank][consumer]
-    float4* slots;    // [cluster][rank][consumer][kSlotFloat4s][128 threads]
+    float4* slots;    // [cluster][slot][rank][consumer][kSlotFloat4s][128 threads]
+    __nv_bfloat16* c;  // the parallel fix-up stores C itself
+    int m, n;
   };
 
   Params p;
@@ -168,14 +203,15 @@ struct Scheduler {
   Unit unit;  // the current unit (the cluster's index is re-read from %clusterid: one register less)
 
   static int params(const GtArgs* args, Params* out, char* err, int errlen) {
-    const Partition part = partition_of<T>(args, kMinGainPct);
+    const Partition part = partition_of<T>(args, kMinGainPct, kParallelFixup);
     const int64_t bytes = workspace_bytes<T>(part);
     if (bytes > 0 && args->workspace == nullptr)
       return host::fail(err, errlen, "this shape splits tiles and needs a workspace of %lld bytes (GtArgs.workspace, zeroed once)",
                         (long long)bytes);
     auto* base = static_cast<uint8_t*>(args->workspace);
     *out = Params{args->tile_order, part, reinterpret_cast<int32_t*>(base),
-                  bytes > 0 ? reinterpret_cast<float4*>(base + flag_bytes<T>(part)) : nullptr};
+                  bytes > 0 ? reinterpret_cast<float4*>(base + flag_bytes<T>(part)) : nullptr,
+                  static_cast<__nv_bfloat16*>(args->c), int(args->m), int(args->n)};
     return 0;
   }
   static int max_tiles_per_cluster(int units, int clusters, const GtArgs*) { return host::ceil_div(units, clusters); }
@@ -190,7 +226,8 @@ struct Scheduler {
       int64_t n = 1;
       while (part.next(w, u)) {
         n += 2 * (u.kb_end - u.kb_begin) + 1;
-        if (u.kb_begin == 0 && u.kb_end < part.num_kb) n += 2 * (part.last_partner(u.entry) - w);
+        if (part.parallel) n += 2;  // the wait for the other segments and the reduce
+        else if (u.kb_begin == 0 && u.kb_end < part.num_kb) n += 2 * (part.last_partner(u.entry) - w);
       }
       most = std::max(most, n);
     }
@@ -198,7 +235,7 @@ struct Scheduler {
   }
 
   static void plan(const GtArgs* args, int units, int num_kb, int clusters, GtPlan* p) {
-    const Partition part = make_partition(units, num_kb, clusters, kMinGainPct);
+    const Partition part = make_partition(units, num_kb, clusters, kMinGainPct, kParallelFixup);
     p->grid_ctas = part.workers * T::kCluster;
     p->records_per_region = records_per_region(part);
     p->workspace_bytes = workspace_bytes<T>(part);
@@ -233,6 +270,7 @@ struct Scheduler {
   template <class Rec, class Sync>
   __device__ bool fixup(float (&acc)[T::kRowGroups][T::WN / 2], uint32_t rank, int cw, uint32_t tile, Rec& rec, Sync wg_sync, uint32_t& t) {
     if (unit.kb_begin == 0 && unit.kb_end == p.part.num_kb) return true;
+    if (kParallelFixup && p.part.parallel) return fixup_parallel(acc, rank, cw, tile, rec, wg_sync, t);
     const int tid = threadIdx.x % 128, worker = int(cluster_index());
     if (unit.kb_begin > 0) {
       // Thread-major slot layout: each store instruction of a warp writes 512 contiguous bytes,
@@ -273,11 +311,99 @@ struct Scheduler {
     }
     return true;
   }
+
+  // The parallel fix-up (few tiles, every tile split over all clusters; a cluster's range then
+  // touches one or two tiles). Each unit publishes its partial at once. After the last unit of its
+  // range, the cluster reduces its share of each tile it touched: once every segment of the tile is
+  // published, segment p of S sums slice p of the tile over all S partials, in k order (the same
+  // additions every run), and stores it to C as bf16. The last warpgroup done reading clears the
+  // tile's flags and count for the next launch.
+  // No deadlock and no chain: a cluster waits only after publishing every partial it will ever
+  // publish, so every wait ends once all clusters have run their k-blocks (all are resident).
+  __device__ int slot_of(int w, int entry, uint32_t rank, int cw) const {
+    // Cluster w keeps its partial of tile `entry` in its first slot, or in its second when its range
+    // began in the tile before.
+    const int second = p.part.sk_begin(w) < entry * p.part.num_kb ? 1 : 0;
+    return ((w * 2 + second) * T::kCluster + int(rank)) * kConsumers + cw;
+  }
+
+  template <class Rec, class Sync>
+  __device__ bool fixup_parallel(float (&acc)[T::kRowGroups][T::WN / 2], uint32_t rank, int cw, uint32_t tile, Rec& rec,
+                                 Sync wg_sync, uint32_t& t) {
+    const int tid = threadIdx.x % 128, worker = int(cluster_index());
+    float4* mine = p.slots + size_t(slot_of(worker, unit.entry, rank, cw)) * (kSlotFloats / 4) + tid;
+#pragma unroll
+    for (int i = 0; i < kSlotFloat4s; ++i) {
+      const float* a = &acc[i / (T::WN / 8)][4 * (i % (T::WN / 8))];
+      __stcg(mine + i * 128, make_float4(a[0], a[1], a[2], a[3]));
+    }
+    wg_sync();  // every thread's stores, before thread 0's release
+    if (tid == 0) flag_release(p.flags + slot_of(worker, unit.entry, rank, cw), 1);
+    t = rec.record(Tag::PARTIAL_STORE, t, tile, uint32_t(unit.kb_begin));
+    if (unit.entry * p.part.num_kb + unit.kb_end < p.part.sk_begin(worker + 1)) return false;  // more units follow
+#pragma unroll 1
+    for (int e = p.part.sk_begin(worker) / p.part.num_kb; e <= unit.entry; ++e) reduce_slice(e, rank, cw, rec, wg_sync, t);
+    return false;
+  }
+
+  // This cluster's slice of tile `entry`: wait for every segment, sum the slice, store it to C.
+  template <class Rec, class Sync>
+  __device__ void reduce_slice(int entry, uint32_t rank, int cw, Rec& rec, Sync wg_sync, uint32_t& t) {
+    const int tid = threadIdx.x % 128, worker = int(cluster_index());
+    const int g0 = entry * p.part.num_kb;  // no whole tiles come first under this partition
+    const int first = p.part.owner(g0), last = p.part.last_partner(entry);
+    const int u = p.order != nullptr ? __ldg(p.order + entry) : entry;
+    const int m_block = (u / grid_n) * T::kCluster + int(rank), n_block = u % grid_n;
+    const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
+    const uint32_t my_kb = uint32_t(max(p.part.sk_begin(worker) - g0, 0));
+    // Thread i waits for segment first + i: all the flags in one round trip, not one after another.
+    if (tid <= last - first && first + tid != worker)
+      flag_wait(p.flags + slot_of(first + tid, entry, rank, cw), 1,
+                WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile, uint32_t(max(p.part.sk_begin(first + tid) - g0, 0))});
+    wg_sync();  // the waiting threads' acquires, before every thread's loads
+    t = rec.record(Tag::WAIT_PARTIAL, t, tile, my_kb);
+    constexpr int F = kSlotFloat4s * 128;  // float4s in a slot; slot index f = i * 128 + thread
+    const int segments = last - first + 1, seg = worker - first;
+    // Clusters after `first` keep this tile in their first slot: consecutive clusters' slots are a
+    // fixed stride apart.
+    const float4* first_slot = p.slots + size_t(slot_of(first, entry, rank, cw)) * (kSlotFloats / 4);
+    const float4* next_slots = p.slots + size_t(((first + 1) * 2 * T::kCluster + int(rank)) * kConsumers + cw) * (kSlotFloats / 4);
+    constexpr size_t kStride = size_t(2) * T::kCluster * kConsumers * (kSlotFloats / 4);
+#pragma unroll 1
+    for (int f = seg * F / segments + tid; f < (seg + 1) * F / segments; f += 128) {
+      float4 s = __ldcg(first_slot + f);
+#pragma unroll 8
+      for (int w = 0; w < last - first; ++w) {
+        const float4 v = __ldcg(next_slots + w * kStride + f);
+        s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+      }
+      // float4 i of thread `th`'s fragment: accumulators 4j..4j+3 of row group g, i.e. columns
+      // 8j + 2 (lane % 4) + {0, 1} of rows 16 warp + lane / 4 and 8 below (the wgmma D layout).
+      const int i = f / 128, th = f % 128, g = i / (T::WN / 8), j = i % (T::WN / 8);
+      const int row = m_block * T::BM + T::row0(cw) + g * 64 + (th / 32) * 16 + (th % 32) / 4;
+      const int col = n_block * T::BN + T::col0(cw) + j * 8 + (th % 4) * 2;
+      if (col < p.n) {  // N is a multiple of 8: both columns or neither
+        if (row < p.m) *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row) * p.n + col) = __floats2bfloat162_rn(s.x, s.y);
+        if (row + 8 < p.m)
+          *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row + 8) * p.n + col) = __floats2bfloat162_rn(s.z, s.w);
+      }
+    }
+    t = rec.record(Tag::REDUCE, t, tile, my_kb);
+    wg_sync();  // every thread's loads, before thread 0 says this warpgroup is done reading
+    if (tid == 0) {
+      int32_t* count = p.flags + size_t(p.part.workers) * 2 * T::kCluster * kConsumers +
+                       (entry * T::kCluster + int(rank)) * kConsumers + cw;
+      if (flag_add_acq_rel(count, 1) == segments - 1) {  // everyone has read: clear for the next launch
+        for (int w = first; w <= last; ++w) flag_store_relaxed(p.flags + slot_of(w, entry, rank, cw), 0);
+        flag_store_relaxed(count, 0);
+      }
+    }
+  }
 };
 
 // Stream-K waits on other clusters, so the whole grid must be resident at once: ask the runtime how
 // many clusters of this kernel fit (once per device and build) and refuse a larger grid.
-template <class T, int kMinGainPct = 0>
+template <class T, int kMinGainPct = 0, bool kParallelFixup = false>
 int check_resident(const GtArgs* args, const GtPlan& plan, char* err, int errlen) {
   static int cached_device = -1, cached[2] = {0, 0};
   int device = 0;
@@ -285,13 +411,13 @@ int check_resident(const GtArgs* args, const GtPlan& plan, char* err, int errlen
   if (device != cached_device) cached[0] = cached[1] = 0, cached_device = device;
   int& fits = cached[args->profile ? 1 : 0];
   if (fits == 0) {
-    auto kernel = args->profile ? persistent::gemm_persistent<true, T, Scheduler<T, kMinGainPct>>
-                                : persistent::gemm_persistent<false, T, Scheduler<T, kMinGainPct>>;
+    auto kernel = args->profile ? persistent::gemm_persistent<true, T, Scheduler<T, kMinGainPct, kParallelFixup>>
+                                : persistent::gemm_persistent<false, T, Scheduler<T, kMinGainPct, kParallelFixup>>;
     if (host::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes),
                          "cudaFuncSetAttribute", err, errlen))
       return 1;
     cudaLaunchAttribute attr[1];
-    const cudaLaunchConfig_t cfg = persistent::launch_config<T, Scheduler<T, kMinGainPct>>(plan, nullptr, attr);
+    const cudaLaunchConfig_t cfg = persistent::launch_config<T, Scheduler<T, kMinGainPct, kParallelFixup>>(plan, nullptr, attr);
     if (host::check_cuda(cudaOccupancyMaxActiveClusters(&fits, kernel, &cfg), "cudaOccupancyMaxActiveClusters", err,
                          errlen))
       return 1;
@@ -303,22 +429,22 @@ int check_resident(const GtArgs* args, const GtPlan& plan, char* err, int errlen
   return 0;
 }
 
-template <class T, int kMinGainPct = 0>
+template <class T, int kMinGainPct = 0, bool kParallelFixup = false>
 int launch(const GtArgs* args, const char* name, char* err, int errlen) {
   GtPlan plan;
-  if (persistent::plan<T, Scheduler<T, kMinGainPct>>(args, &plan, err, errlen)) return 1;
+  if (persistent::plan<T, Scheduler<T, kMinGainPct, kParallelFixup>>(args, &plan, err, errlen)) return 1;
   if (plan.workspace_bytes > 0 && check_resident<T>(args, plan, err, errlen)) return 1;
-  return persistent::launch<T, Scheduler<T, kMinGainPct>>(args, name, err, errlen);
+  return persistent::launch<T, Scheduler<T, kMinGainPct, kParallelFixup>>(args, name, err, errlen);
 }
 
 // For tests (tests/test_stream_k.py): the units of cluster `worker` as (entry, kb_begin, kb_end)
 // triples in `out` (room for `max_units`); returns how many there are, or -1 for a bad shape.
-template <class T, int kMinGainPct = 0>
+template <class T, int kMinGainPct = 0, bool kParallelFixup = false>
 int units_of(const GtArgs* args, int worker, int32_t* out, int max_units) {
   char err[8];
   GtPlan plan;
-  if (persistent::plan<T, Scheduler<T, kMinGainPct>>(args, &plan, err, sizeof err)) return -1;
-  const Partition part = partition_of<T>(args, kMinGainPct);
+  if (persistent::plan<T, Scheduler<T, kMinGainPct, kParallelFixup>>(args, &plan, err, sizeof err)) return -1;
+  const Partition part = partition_of<T>(args, kMinGainPct, kParallelFixup);
   Unit u{-1, 0, 0};
   int n = 0;
   while (part.next(worker, u)) {

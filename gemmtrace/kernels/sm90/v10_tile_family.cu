@@ -44,8 +44,14 @@ constexpr double kThroughput[kFamily] = {1.00, 0.94, 0.74, 0.68, 0.62};
 // L2; predicted gains under 3 % turned into losses from -34 to +1.4 points, gains of 12 % and more
 // into wins (bench/results/20261123-h100-bench-v8-v9-shapes.json, bench/NOTES.md).
 constexpr int kMinSplitGainPct = 10;
+// With fewer tiles than clusters every tile is cut over all the clusters and its segments reduce
+// it together (stream_k.cuh, the parallel fix-up), instead of v9's at most sqrt(K_b / 2) segments
+// added up by one CTA: for the tiles whose consumers hold 64 accumulators a thread. With 128
+// (128x256, 256x128) the profiled build spills with it, and those tiles keep v9's fix-up.
 template <class T>
-using Sched = stream_k::Scheduler<T, kMinSplitGainPct>;
+constexpr bool kParallelFixup = T::kRowGroups * T::WN / 2 <= 64;
+template <class T>
+using Sched = stream_k::Scheduler<T, kMinSplitGainPct, kParallelFixup<T>>;
 
 template <class T>
 void describe(int32_t* out) {
@@ -80,7 +86,7 @@ double tile_cost(const GtArgs* args, int i) {
   const double throughput = memory_bound(args) ? 1.0 : kThroughput[i];
   return with_tile(i, [&](auto t) {
     using T = decltype(t);
-    const stream_k::Partition part = stream_k::partition_of<T>(args, kMinSplitGainPct);
+    const stream_k::Partition part = stream_k::partition_of<T>(args, kMinSplitGainPct, kParallelFixup<T>);
     return double(part.busiest_kblocks()) * (double(T::BM) * T::BN / (128.0 * 256.0)) / throughput;
   });
 }
@@ -110,7 +116,7 @@ extern "C" int gt_plan(const GtArgs* args, GtPlan* p, char* err, int errlen) {
 
 extern "C" int gt_launch(const GtArgs* args, char* err, int errlen) {
   if (gemmtrace::host::check_bf16_gemm_shape(args, 8, err, errlen)) return 1;
-  return with_tile(chosen_tile(args), [&](auto t) { return stream_k::launch<decltype(t), kMinSplitGainPct>(args, "launching gemm_v10", err, errlen); });
+  return with_tile(chosen_tile(args), [&](auto t) { return stream_k::launch<decltype(t), kMinSplitGainPct, kParallelFixup<decltype(t)>>(args, "launching gemm_v10", err, errlen); });
 }
 
 // The family and the rule's costs, for the Python side (`gemmtrace list`, `--kernel best`, tests):
@@ -128,5 +134,5 @@ extern "C" int gt_tile_family(const GtArgs* args, int32_t* out, double* costs) {
 // (or GtArgs.variant) picks, as in v9's gt_stream_k_units.
 extern "C" int gt_stream_k_units(const GtArgs* args, int worker, int32_t* out, int max_units) {
   if (gemmtrace::host::check_bf16_gemm_shape(args, 8, nullptr, 0)) return -1;
-  return with_tile(chosen_tile(args), [&](auto t) { return stream_k::units_of<decltype(t), kMinSplitGainPct>(args, worker, out, max_units); });
+  return with_tile(chosen_tile(args), [&](auto t) { return stream_k::units_of<decltype(t), kMinSplitGainPct, kParallelFixup<decltype(t)>>(args, worker, out, max_units); });
 }
