@@ -71,3 +71,18 @@ def test_parse_shape():
     for bad in ("", "0", "1x2", "axbxc", "1x2x3x4"):
         with pytest.raises(GemmtraceError):
             parse_shape(bad)
+
+
+def test_best_picks_its_own_scheduler_order_and_tile():
+    for extra in (["--sched", "dynamic"], ["--order", "hilbert"], ["--tile", "2"]):
+        assert_one_sentence_error(gt("run", "--kernel", "best", "--shape", "256", *extra), "--kernel best picks")
+
+
+def test_a_tile_the_family_lacks_is_refused():
+    assert_one_sentence_error(gt("run", "--kernel", "v10", "--tile", "9", "--shape", "256"), "kernel v10 has no tile 9")
+    assert_one_sentence_error(gt("run", "--kernel", "v8", "--tile", "2", "--shape", "256"), "it has one tile")
+
+
+def test_list_states_v10s_rule_and_best():
+    out = gt("list").stdout
+    assert "v10's rule:" in out and "best:" in out and "64x256/c1" in out

@@ -107,3 +107,23 @@ def test_best_says_what_it_chose_and_why(v10):
     assert big.kernel == "v10" and big.order == "snake" and big.label().startswith("v10")
     with pytest.raises(GemmtraceError, match="multiple of 8"):
         choose((256, 256, 100), lib=v10)
+
+
+def test_the_docs_state_the_rule_the_kernel_runs():
+    """docs/kernels.md quotes v10's constants: fail when the kernel's change and the docs do not."""
+    import re
+
+    from gemmtrace.paths import KERNELS_DIR
+
+    src = (KERNELS_DIR / "sm90" / "v10_tile_family.cu").read_text()
+    sk = (KERNELS_DIR / "sm90" / "stream_k.cuh").read_text()
+    doc = (KERNELS_DIR.parent.parent / "docs" / "kernels.md").read_text()
+    gain = re.search(r"kMinSplitGainPct = (\d+);", src).group(1)
+    mem = re.search(r"kMemoryBoundFlopsPerByte = ([\d.]+);", src).group(1)
+    thr = re.search(r"kThroughput\[kFamily\] = \{([^}]*)\}", src).group(1)
+    par = re.search(r"kParallelFixupKBlocks = (\d+);", sk).group(1)
+    assert f"**{gain} %**" in doc and f"**{float(mem):.0f} flop/byte**" in doc and f"as {par} k-blocks" in doc
+    assert ", ".join(t.strip() for t in thr.split(",")) in doc.replace(" and ", ", ")
+    for tile in registry.get("v10").tiles:
+        bm_bn = tile.split("/")[0]
+        assert bm_bn in doc
