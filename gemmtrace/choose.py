@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import registry
 from .build import build
 from .launch import KernelLibrary
 
@@ -75,8 +76,9 @@ def num_sms() -> int:
 
 def best_options(shape: tuple[int, int, int], **run_options):
     """RunOptions for `--kernel best` at `shape` (the rest of the options as given), and the Choice."""
-    from .runner import RunOptions
+    from .runner import RunOptions, require_gpu
 
+    require_gpu(registry.get(FAMILY_KERNEL))  # no GPU: one sentence before v10 is built for the rule
     c = choose(shape, num_sms())
     opts = RunOptions(kernel=c.kernel, shape=shape, schedulers=(c.scheduler,), order=c.order, variant=c.variant,
                       chosen=f"{c.label()}: {c.reason}", **run_options)

@@ -86,3 +86,10 @@ def test_a_tile_the_family_lacks_is_refused():
 def test_list_states_v10s_rule_and_best():
     out = gt("list").stdout
     assert "v10's rule:" in out and "best:" in out and "64x256/c1" in out
+
+
+@pytest.mark.skipif(HAVE_SM90, reason="this machine has a GPU")
+def test_best_without_gpu_says_so_before_building():
+    out = gt("run", "--kernel", "best", "--shape", "256")
+    assert_one_sentence_error(out, "GPU")
+    assert "best at" not in out.stdout
