@@ -185,9 +185,10 @@ KERNELS: dict[str, KernelSpec] = {
                 "for each tile, partition the work as the stream-K scheduler would (whole tiles for full waves, the "
                 "rest split only where that promises at least 10 % fewer k-blocks on the busiest cluster) and take "
                 "the k-blocks of the busiest cluster, counting 2 per partial "
-                "tile it moves; multiply by the tile's area over 128x256 and divide by its measured throughput "
-                "relative to 128x256; the smallest product wins, and a tile within 2 % of an earlier one in the list "
-                "loses to it"
+                "tile it moves (or 12 for the parallel fix-up, where every tile is cut over all clusters and that is "
+                "cheaper); multiply by the tile's area over 128x256 and divide by its measured throughput relative to "
+                "128x256 (by 1 for memory-bound GEMMs, under 150 flop/byte); the smallest product wins, and a tile "
+                "within 2 % of an earlier one in the list loses to it (docs/kernels.md)"
             ),
         ),
     ]

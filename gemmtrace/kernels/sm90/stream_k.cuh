@@ -14,7 +14,11 @@
 //   (W' = min(W, U * that)), because the CTA finishing a tile adds the others' partials one after
 //   another (about 2 k-blocks' time each), so more segments stop paying once K_b / S^2 < 2.
 // - the split is kept only where it beats whole tiles by the same count: fewer k-blocks on the
-//   busiest cluster plus 2 per partial its tiles move, else every tile is whole.
+//   busiest cluster plus 2 per partial its tiles move, else every tile is whole. v10 asks for a
+//   gain of at least kMinGainPct percent.
+// - v10 only (kParallelFixup): when U < W it also weighs cutting every tile over all W clusters,
+//   each segment then summing a slice of its tile (the parallel fix-up, fixup_parallel below), and
+//   takes whichever partition leaves the busiest cluster fewer k-blocks.
 // A unit is the part of one tile in one cluster's range. The unit holding a tile's k-block 0 is the
 // last unit of its cluster's range; it finishes the tile. Every other unit of a split tile is the
 // first unit of its cluster's range (a range starts inside a tile only there): it stores its fp32
@@ -32,9 +36,10 @@
 // element per partial: the same additions in the same order every run.
 //
 // Workspace (GtArgs.workspace, GtPlan.workspace_bytes, zeroed once): a flag per (cluster, rank,
-// consumer warpgroup), then a WM x WN fp32 slot for each (the warpgroup's part of the tile). The finishing warpgroup resets each
-// flag it consumed, so the workspace is all zero flags again when the kernel ends.
-//
+// consumer warpgroup), then a WM x WN fp32 slot for each (the warpgroup's part of the tile); two of
+// each, and a count per tile, under the parallel fix-up. The finishing warpgroup resets each flag it
+// consumed (under the parallel fix-up, the last one done reading a tile), so the workspace is all
+// zero flags again when the kernel ends.
 #pragma once
 #include <cmath>
 
