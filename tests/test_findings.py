@@ -100,6 +100,23 @@ def test_each_cause_tops_its_run(name, build, top, allowed):
     assert f.text().startswith(f.title) and f.short().startswith(f.title)
 
 
+def test_split_k_runs_get_no_whole_tile_schedule_advice(slow_tiles):
+    """A stream-K run's units are parts of tiles: the replay of whole tiles, and its remedy (claim
+    whole tiles dynamically), do not apply, so the schedule findings are skipped with the reason."""
+    slow_tiles(lambda kb: kb.__setitem__(np.arange(kb.size) % 16 < 4, kb[np.arange(kb.size) % 16 < 4] * 2))
+    run = synthetic_run(tiles=128, **BASE)
+    assert performance(run)[0] == "static_imbalance"
+    spans = run.spans.copy()
+    tags = spans["tag"].astype(str)
+    epi = tags.index[tags == "epilogue"][:3]
+    tags.loc[epi] = "partial_store"  # three epilogues become partial-tile stores
+    spans["tag"] = pd.Categorical(tags)
+    e = explain(Run(spans, run.meta))
+    assert "static_imbalance" not in [f.cause for f in e.findings]
+    why = {c.cause: c.skipped for c in e.checks if c.skipped}
+    assert "split-K" in why["static_imbalance"] and "split-K" in why["scheduler_overhead"]
+
+
 def test_static_imbalance(slow_tiles):
     # The tiles the static rule gives SMs 0-3 take twice as long: dynamic scheduling spreads them.
     slow_tiles(lambda kb: kb.__setitem__(np.arange(kb.size) % 16 < 4, kb[np.arange(kb.size) % 16 < 4] * 2))

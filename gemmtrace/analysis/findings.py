@@ -383,6 +383,13 @@ class _Rules:
         self.checks.append(Check(cause, None if value is None else float(value),
                                  None if threshold is None else float(threshold), bool(fired), skipped))
 
+    def split_k(self) -> bool:
+        """The run passed partial tiles between CTAs (stream-K): it recorded partial-tile stores."""
+        names = self.tr.tag_names
+        if "partial_store" not in names:
+            return False
+        return bool((self.tr.tag_codes == names.index("partial_store")).any())
+
     def skip(self, cause: str, why: str):
         self.check(cause, None, None, False, why)
 
@@ -708,6 +715,13 @@ class _Rules:
         if sim is None or not sim.persistent:
             self.skip("static_imbalance", "not a persistent kernel with a tile schedule")
             self.skip("scheduler_overhead", "not a persistent kernel with a tile schedule")
+            return
+        if self.split_k():
+            # Stream-K (v9, v10): the units are parts of tiles joined by a fix-up, which the replay of
+            # whole tiles does not model, so "claim whole tiles dynamically" would be the wrong remedy.
+            why = "split-K run: its units are parts of tiles joined by a fix-up (partial_store, wait_partial, reduce)"
+            self.skip("static_imbalance", why)
+            self.skip("scheduler_overhead", why)
             return
         m = self.m
         own, other = ("static", "dynamic") if sim.recorded_scheduler == "static" else ("dynamic", "static")
