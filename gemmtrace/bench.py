@@ -99,13 +99,18 @@ def _shape_str(shape: tuple[int, int, int]) -> str:
     return "x".join(map(str, shape))
 
 
+def _library(kernel: str, libs: dict) -> KernelLibrary:
+    """The kernel's loaded library, built and loaded once per bench (`libs` caches them)."""
+    if kernel not in libs:
+        libs[kernel] = KernelLibrary(build(kernel).library, kernel)
+    return libs[kernel]
+
+
 def plan_refusal(kernel: str, shape: tuple[int, int, int], schedulers: tuple[str, ...], order: str,
                  libs: dict) -> str | None:
     """Why `kernel` cannot run `shape`, as its own launch plan says (the check run_kernel makes
     before allocating anything), or None when it can. `libs` caches the loaded libraries."""
-    if kernel not in libs:
-        libs[kernel] = KernelLibrary(build(kernel).library, kernel)
-    lib = libs[kernel]
+    lib = _library(kernel, libs)
     for sched in schedulers:
         try:
             lib.plan(lib.args(*shape, sched=sched, order=order))
@@ -135,10 +140,10 @@ def run_bench(kernels: list[str], shapes: list[tuple[int, int, int]], schedulers
                 status(f"{kernel} {_shape_str(shape)}", done, total)
             chosen = None
             if kernel == registry.BEST:
-                from .choose import best_options
+                from .choose import FAMILY_KERNEL, best_options
 
                 try:
-                    opts, choice = best_options(shape, iters=iters, warmup=warmup)
+                    opts, choice = best_options(shape, lib=_library(FAMILY_KERNEL, libs), iters=iters, warmup=warmup)
                     reason, chosen = None, choice.label()
                 except GemmtraceError as e:
                     reason = str(e)

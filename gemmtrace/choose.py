@@ -1,12 +1,5 @@
-"""`--kernel best`: which kernel, scheduler and tile to run for a shape, and why, in one sentence.
-
-The choice is v10's rule (its tile family and stream-K partition, computed by the kernel library's
-own gt_tile_family/gt_plan so that the sentence and the launch cannot disagree) with the snake tile
-order (v7), which keeps the tiles in flight on a compact block of C so that they share A and B in
-L2 (measured on the H100: v8 at 4096x14336x4096 went from 90 % to 100 % of cuBLAS), and is row order
-on grids of one band. v8's dynamic scheduler is not chosen: at 4096^3 it ran 0.8 to 1.7 points
-behind the static schedule. Nothing here names a shape.
-"""
+"""`--kernel best`: which kernel, scheduler and tile to run for a shape, and why, in one sentence
+(the rule in words: RULE, which `gemmtrace list` prints)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,6 +8,14 @@ from . import registry
 from .build import build
 from .launch import KernelLibrary
 
+RULE = (
+    "v10's rule (its tile family and stream-K partition, computed by the kernel library's own "
+    "gt_tile_family/gt_plan so that the sentence and the launch cannot disagree) with the snake tile order "
+    "(v7), which keeps the tiles in flight on a compact block of C so that they share A and B in L2 (measured "
+    "on the H100: v8 at 4096x14336x4096 went from 90 % to 100 % of cuBLAS), and is row order on grids of one "
+    "band. v8's dynamic scheduler is not chosen: at 4096^3 it ran 0.8 to 1.7 points behind the static "
+    "schedule. Nothing here names a shape."
+)
 FAMILY_KERNEL = "v10"
 # Snake (8-row bands walked column by column, v7): the grid's concurrent tiles share A and B panels
 # in L2 on large grids, and it is row order on grids of a band or less.
@@ -74,12 +75,13 @@ def num_sms() -> int:
     return 132
 
 
-def best_options(shape: tuple[int, int, int], **run_options):
-    """RunOptions for `--kernel best` at `shape` (the rest of the options as given), and the Choice."""
+def best_options(shape: tuple[int, int, int], lib: KernelLibrary | None = None, **run_options):
+    """RunOptions for `--kernel best` at `shape` (the rest of the options as given), and the Choice.
+    `lib`: v10's library when the caller has it loaded already."""
     from .runner import RunOptions, require_gpu
 
     require_gpu(registry.get(FAMILY_KERNEL))  # no GPU: one sentence before v10 is built for the rule
-    c = choose(shape, num_sms())
+    c = choose(shape, num_sms(), lib)
     opts = RunOptions(kernel=c.kernel, shape=shape, schedulers=(c.scheduler,), order=c.order, variant=c.variant,
                       chosen=f"{c.label()}: {c.reason}", **run_options)
     return opts, c

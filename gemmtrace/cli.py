@@ -87,9 +87,9 @@ def list_kernels() -> None:
     for k in registry.KERNELS.values():
         if k.rule:
             console.print(f"{k.name}'s rule: {k.rule}.", highlight=False)
-    from .choose import __doc__ as best_doc
+    from .choose import RULE as best_rule
 
-    console.print("best: " + " ".join(best_doc.split("\n\n")[1].split()), highlight=False)
+    console.print(f"best: {best_rule}", highlight=False)
 
 
 @app.command("build")

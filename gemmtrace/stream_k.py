@@ -33,6 +33,16 @@ class Partition:
     def split(self) -> bool:
         return self.dp_tiles < self.units
 
+    def busiest_kblocks(self) -> int:
+        """The kernel's Partition::busiest_kblocks: the busiest cluster's k-blocks, fix-ups counted."""
+        whole = -(-self.dp_tiles // self.workers) * self.num_kb
+        if not self.split:
+            return whole
+        if self.parallel:
+            return self.sk_base + (self.sk_extra > 0) + PARALLEL_FIXUP_KBLOCKS
+        split_tiles = self.units - self.dp_tiles
+        return whole + self.sk_base + (self.sk_extra > 0) + FIXUP_KBLOCKS * -(-self.workers // split_tiles)
+
     def sk_begin(self, w: int) -> int:
         return w * self.sk_base + min(w, self.sk_extra)
 
@@ -83,20 +93,9 @@ def partition(units: int, num_kb: int, max_workers: int, min_gain_pct: int = 0,
     iters = units * num_kb
     workers = min(w_all, iters)
     busiest = -(-iters // workers) + PARALLEL_FIXUP_KBLOCKS
-    if busiest < busiest_kblocks(serial) and busiest * 100 < num_kb * (100 - min_gain_pct):
+    if busiest < serial.busiest_kblocks() and busiest * 100 < num_kb * (100 - min_gain_pct):
         return Partition(units, num_kb, workers, 0, iters // workers, iters % workers, True)
     return serial
-
-
-def busiest_kblocks(p: Partition) -> int:
-    """The kernel's Partition::busiest_kblocks: the busiest cluster's k-blocks, fix-ups counted."""
-    whole = -(-p.dp_tiles // p.workers) * p.num_kb
-    if not p.split:
-        return whole
-    if p.parallel:
-        return p.sk_base + (p.sk_extra > 0) + PARALLEL_FIXUP_KBLOCKS
-    split_tiles = p.units - p.dp_tiles
-    return whole + p.sk_base + (p.sk_extra > 0) + FIXUP_KBLOCKS * -(-p.workers // split_tiles)
 
 
 def _serial_partition(units: int, num_kb: int, max_workers: int, min_gain_pct: int) -> Partition:

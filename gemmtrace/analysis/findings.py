@@ -28,7 +28,7 @@ import pandas as pd
 from ..paths import GemmtraceError
 from ..trace import trust_warnings
 from . import intervals
-from .compare import Comparison, Timing, compare, read_timing
+from .compare import Comparison, Timing, _number as _metadata_number, compare, read_timing
 from .metrics import Metrics, _jsonable, compute_metrics
 from .simulate import Simulation, simulate
 from .tables import format_ns
@@ -306,13 +306,9 @@ def _pct(x: float | None, digits: int = 1) -> str:
 
 
 def _number(v) -> float | None:
-    if isinstance(v, bool) or v is None:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
+    """A finite number from run metadata, else None (compare's reader, infinities refused too)."""
+    f = _metadata_number(v)
+    return f if f is None or math.isfinite(f) else None
 
 
 def _dict(meta: dict, key: str) -> dict:

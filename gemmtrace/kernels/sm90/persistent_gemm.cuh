@@ -375,7 +375,19 @@ int plan(const GtArgs* args, GtPlan* p, char* err, int errlen) {
   return 0;
 }
 
+// The plain or the profiled build (GtArgs.profile), allowed the plan's dynamic shared memory; null
+// (with the error in `err`) when the runtime refuses.
 template <class T, class TileScheduler>
+auto kernel_for(const GtArgs* args, const GtPlan& p, char* err, int errlen) {
+  auto kernel = args->profile ? gemm_persistent<true, T, TileScheduler> : gemm_persistent<false, T, TileScheduler>;
+  if (host::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.smem_bytes),
+                       "cudaFuncSetAttribute", err, errlen))
+    return decltype(kernel)(nullptr);
+  return kernel;
+}
+
+// The launch of the plan's grid in clusters of T::kCluster (`attr` holds the cluster attribute).
+template <class T>
 cudaLaunchConfig_t launch_config(const GtPlan& p, cudaStream_t stream, cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(p.grid_ctas);
@@ -400,13 +412,11 @@ int launch(const GtArgs* args, const char* name, char* err, int errlen) {
   if (host::encode_rows_sw128(&tmap_b, args->b, args->n, args->k, T::BN / T::kCluster, "B", err, errlen)) return 1;
   if (host::encode_rows_sw128(&tmap_c, args->c, args->m, args->n, 64, "C", err, errlen)) return 1;
   auto stream = static_cast<cudaStream_t>(args->stream);
-  auto kernel = args->profile ? gemm_persistent<true, T, TileScheduler> : gemm_persistent<false, T, TileScheduler>;
-  if (host::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.smem_bytes),
-                       "cudaFuncSetAttribute", err, errlen))
-    return 1;
+  const auto kernel = kernel_for<T, TileScheduler>(args, p, err, errlen);
+  if (kernel == nullptr) return 1;
   if (host::set_hang_report(args, stream, err, errlen)) return 1;
   cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg = launch_config<T, TileScheduler>(p, stream, attr);
+  const cudaLaunchConfig_t cfg = launch_config<T>(p, stream, attr);
   return host::check_cuda(cudaLaunchKernelEx(&cfg, kernel, tmap_a, tmap_b, tmap_c, sched_params, grid_m_groups<T>(args),
                                              grid_n<T>(args), host::ceil_div(int(args->k), BK), host::profile_buffer(args, p)),
                           name, err, errlen);

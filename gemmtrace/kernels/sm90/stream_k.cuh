@@ -258,8 +258,10 @@ struct Scheduler {
   }
   // The current unit's tile. The consumers recompute it after the mainloop instead of holding it
   // through the mainloop (the register it frees is what keeps the profiled build from spilling).
-  __device__ void coords(uint32_t rank, int& m_block, int& n_block) const {
-    const int u = p.order != nullptr ? __ldg(p.order + unit.entry) : unit.entry;
+  __device__ void coords(uint32_t rank, int& m_block, int& n_block) const { coords_of(unit.entry, rank, m_block, n_block); }
+  // The tile at position `entry` of the tile order.
+  __device__ void coords_of(int entry, uint32_t rank, int& m_block, int& n_block) const {
+    const int u = p.order != nullptr ? __ldg(p.order + entry) : entry;
     m_block = (u / grid_n) * T::kCluster + int(rank);
     n_block = u % grid_n;
   }
@@ -357,8 +359,8 @@ struct Scheduler {
     const int tid = threadIdx.x % 128, worker = int(cluster_index());
     const int g0 = entry * p.part.num_kb;  // no whole tiles come first under this partition
     const int first = p.part.owner(g0), last = p.part.last_partner(entry);
-    const int u = p.order != nullptr ? __ldg(p.order + entry) : entry;
-    const int m_block = (u / grid_n) * T::kCluster + int(rank), n_block = u % grid_n;
+    int m_block, n_block;
+    coords_of(entry, rank, m_block, n_block);
     const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
     const uint32_t my_kb = uint32_t(max(p.part.sk_begin(worker) - g0, 0));
     // Thread i waits for segment first + i: all the flags in one round trip, not one after another.
@@ -416,13 +418,10 @@ int check_resident(const GtArgs* args, const GtPlan& plan, char* err, int errlen
   if (device != cached_device) cached[0] = cached[1] = 0, cached_device = device;
   int& fits = cached[args->profile ? 1 : 0];
   if (fits == 0) {
-    auto kernel = args->profile ? persistent::gemm_persistent<true, T, Scheduler<T, kMinGainPct, kParallelFixup>>
-                                : persistent::gemm_persistent<false, T, Scheduler<T, kMinGainPct, kParallelFixup>>;
-    if (host::check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes),
-                         "cudaFuncSetAttribute", err, errlen))
-      return 1;
+    const auto kernel = persistent::kernel_for<T, Scheduler<T, kMinGainPct, kParallelFixup>>(args, plan, err, errlen);
+    if (kernel == nullptr) return 1;
     cudaLaunchAttribute attr[1];
-    const cudaLaunchConfig_t cfg = persistent::launch_config<T, Scheduler<T, kMinGainPct, kParallelFixup>>(plan, nullptr, attr);
+    const cudaLaunchConfig_t cfg = persistent::launch_config<T>(plan, nullptr, attr);
     if (host::check_cuda(cudaOccupancyMaxActiveClusters(&fits, kernel, &cfg), "cudaOccupancyMaxActiveClusters", err,
                          errlen))
       return 1;
