@@ -211,7 +211,7 @@ class _Harness:
         ]
         self.c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         self.c_ref_out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        self.counter = torch.zeros(64, device="cuda", dtype=torch.int32)  # dynamic scheduling: claims, finished CTAs
+        self.counter = torch.zeros(64, device="cuda", dtype=torch.int32)  # dynamic scheduling: the claim counter
         # Kernels that pass partial tiles between CTAs (v9) need zeroed scratch memory; they leave it
         # zeroed, so it is allocated once per scheduler's plan and shared by the plain and profiled builds.
         self.workspaces = {}

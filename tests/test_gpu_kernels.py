@@ -118,6 +118,30 @@ def test_dynamic_counter_resets_itself():
     assert r.rel_error_plain < 1e-2 and r.kernel_ms > 0
 
 
+@pytest.mark.parametrize("shape", [(2048, 2048, 512), (1000, 1496, 520), (256, 256, 1024)])
+def test_dynamic_counter_is_zero_after_each_launch(libs, shape):
+    """The cluster that draws the last claim zeroes the counter: after every launch it reads 0, and
+    a launch that found it dirty would compute nothing (its first claim refused) and leave C as NaN."""
+    import torch
+
+    lib = libs("v8")
+    m, n, k = shape
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    a = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", generator=gen).to(torch.bfloat16)
+    counter = torch.zeros(2, device="cuda", dtype=torch.int32)
+    ref = a.float() @ b.float().T
+    for _ in range(3):
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        lib.launch(lib.args(m, n, k, a=a.data_ptr(), b=b.data_ptr(), c=c.data_ptr(), sched="dynamic",
+                            tile_counter=counter.data_ptr(), stream=torch.cuda.current_stream().cuda_stream,
+                            num_sms=torch.cuda.get_device_properties(0).multi_processor_count))
+        torch.cuda.synchronize()
+        assert counter.tolist() == [0, 0]
+        rel = (torch.linalg.vector_norm(c.float() - ref) / torch.linalg.vector_norm(ref)).item()
+        assert rel < 1e-2, rel
+
+
 def test_overflow_is_counted():
     r = run_kernel(RunOptions("v1", (512, 512, 512), time=False, buffer_scale=0.5))[0]
     # 16 CTAs x (2*8+2 = 18 attempted, 9 kept)

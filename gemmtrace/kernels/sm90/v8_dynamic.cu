@@ -10,7 +10,10 @@
 // so a claim is made, and published, before the consumers finish the previous tile: claiming costs
 // no mainloop time. An SM whose tiles ran fast simply claims more: no partial last wave is left
 // to the SMs that happened to get one tile too many under the static schedule.
-// The counter resets itself: the last CTA to finish zeroes it, so no extra launch is needed.
+// The counter resets itself: every cluster claims until it is refused once, so a launch makes
+// exactly units + clusters claims, and the cluster that draws the last of them zeroes the counter
+// (nobody claims after it). No extra launch and no atomic at exit: an exit-time count of finished
+// CTAs, the first form of this, put a fence and a contended atomic on every CTA's way out.
 // --sched static keeps v7's schedule, so the two differ in one thing only: the scheduler below
 // (the kernel body is persistent_gemm.cuh).
 //
@@ -34,7 +37,7 @@ constexpr int kClaimReaders = persistent::kConsumers + (1 + persistent::kConsume
 struct TileScheduler {
   struct Params {
     const int32_t* order;  // the tile order (row order when null)
-    int32_t* counter;      // dynamic: [claims made, CTAs finished], zero before the first launch
+    int32_t* counter;      // dynamic: claims made, zero before the first launch (and after each)
     int dynamic;
   };
   // The claim ring: claimed[2] barriers, read[2] barriers, slot[2] claimed positions.
@@ -48,7 +51,7 @@ struct TileScheduler {
 
   static int params(const GtArgs* args, Params* out, char* err, int errlen) {
     if (args->sched == 1 && args->tile_counter == nullptr)
-      return host::fail(err, errlen, "dynamic scheduling needs a tile counter (two zeroed int32 in device memory)");
+      return host::fail(err, errlen, "dynamic scheduling needs a tile counter (a zeroed int32 in device memory)");
     *out = Params{args->tile_order, args->tile_counter, int(args->sched == 1)};
     return 0;
   }
@@ -79,6 +82,7 @@ struct TileScheduler {
     mbarrier_wait(read_bar(j), ((taken / kClaimSlots) & 1) ^ 1,
                   WaitSite{uint32_t(Role::SCHEDULER), persistent::kReadBarrier, kNoTile, uint32_t(taken)});
     int i = atomicAdd(p.counter, 1);
+    if (i == units + clusters - 1) *reinterpret_cast<volatile int32_t*>(p.counter) = 0;  // the last claim: reset
     if (i >= units) i = -1;
     *reinterpret_cast<volatile int32_t*>(__cvta_shared_to_generic(slot(j))) = i;
     st_shared_cluster(slot(j), peer, i);
@@ -127,16 +131,7 @@ struct TileScheduler {
   __device__ bool claims() const { return p.dynamic != 0; }
   __device__ int index() const { return index_; }
 
-  // The last CTA out resets the counter for the next launch: no extra launch to zero it.
-  __device__ void on_exit() {
-    if (!p.dynamic) return;
-    __threadfence();
-    if (atomicAdd(p.counter + 1, 1) == int(gridDim.x) - 1) {
-      p.counter[0] = 0;
-      p.counter[1] = 0;
-      __threadfence();
-    }
-  }
+  __device__ void on_exit() {}  // the last claim reset the counter (claim_and_publish)
 };
 
 }  // namespace
