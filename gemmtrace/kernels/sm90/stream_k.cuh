@@ -437,7 +437,7 @@ template <class T, int kMinGainPct = 0, bool kParallelFixup = false>
 int launch(const GtArgs* args, const char* name, char* err, int errlen) {
   GtPlan plan;
   if (persistent::plan<T, Scheduler<T, kMinGainPct, kParallelFixup>>(args, &plan, err, errlen)) return 1;
-  if (plan.workspace_bytes > 0 && check_resident<T>(args, plan, err, errlen)) return 1;
+  if (plan.workspace_bytes > 0 && check_resident<T, kMinGainPct, kParallelFixup>(args, plan, err, errlen)) return 1;
   return persistent::launch<T, Scheduler<T, kMinGainPct, kParallelFixup>>(args, name, err, errlen);
 }
 
