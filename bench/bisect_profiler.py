@@ -1,57 +1,90 @@
 """Attribute a persistent kernel's profiler overhead: compile variants of
-gemmtrace/kernels/sm90/persistent_gemm.cuh with parts of the recording removed (as v6, row order), and
-time each variant's profiled build against its plain build in one process, twice per shape. Needs a
-GPU; writes bisect.json in the current folder.
+gemmtrace/kernels/sm90/persistent_gemm.cuh with parts of the recording removed, and time each
+variant's profiled build against its plain build in one process, twice per shape. Needs a GPU;
+writes bisect.json (or --out) in the current folder.
 
-    python3 bench/bisect_profiler.py [MxNxK ...]      (default: 8192^3 and 4096^3)
+    python3 bench/bisect_profiler.py [--kernel v6] [--tile N] [MxNxK ...]   (default: 8192^3 and 4096^3)
 
-The variants are made by text substitution of the lines named below; if the kernel changes so that
-one is missing, the script stops at the assertion that names it. Generated files go to
-gemmtrace/kernels/sm90/_bisect_* (ignored by git)."""
-import json, sys, dataclasses
+--kernel: any kernel built on persistent_gemm.cuh (v6 to v10); --tile: a tile of v10's family, as
+`gemmtrace list` numbers them (default: the rule's choice). The variants are made by text
+substitution of the lines named below; if the kernel changes so that one is missing, the script
+stops at the assertion that names it. Generated files go to gemmtrace/kernels/sm90/_bisect_*
+(ignored by git)."""
+import argparse
+import dataclasses
+import json
+import sys
 from pathlib import Path
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gemmtrace import registry
 from gemmtrace.paths import KERNELS_DIR
 from gemmtrace.runner import RunOptions, run_kernel
 
 K = KERNELS_DIR / "sm90"
-src = (K / "persistent_gemm.cuh").read_text()
 MMA_REC = "rec.record_span(Tag::MMA, mma_start, retired, tile, kb - 1);"
 MMA_CLK = "const uint32_t retired = rec.now();"
 TMA_REC = "t = rec.record(Tag::TMA_ISSUE, wait_to, tile, kb);"
-STS = ('if (lane == 0 && warp % 4 == wg) asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" :: "r"(sched_smem + 16 * cw), '
-       '"r"(mma_start), "r"(retired), "r"(tile), "r"(uint32_t(kb)));')
-for s in (MMA_REC, MMA_CLK, TMA_REC):
-    assert s in src, s
-variants = {
+WAIT_FULL_REC = "rec.record(Tag::WAIT_FULL, from, tile, kb);"
+WAIT_EMPTY_REC = "if (!was_free) rec.record_span(Tag::WAIT_EMPTY, wait_from, wait_to, tile, kb);"
+VARIANTS = {
     "full": [],
     "no_mma_rec": [(MMA_REC, "")],
-    "no_mma_rec_clk": [(MMA_REC, ""), (MMA_CLK, "const uint32_t retired = uint32_t(it);")],
     "no_tma_rec": [(TMA_REC, "")],
-    "mma_rec_sts": [(MMA_REC, STS)],
+    "no_wait_rec": [(WAIT_FULL_REC, ""), (WAIT_EMPTY_REC, "")],
     "no_kblock_rec": [(MMA_REC, ""), (MMA_CLK, "const uint32_t retired = uint32_t(it);"), (TMA_REC, "")],
 }
-src = src.replace("constexpr int kPipelineBytes = 1024 +", "constexpr int kPipelineBytes = 1024 + 64 +")
-main = (K / "v6_persistent.cu").read_text()
-names = []
-for name, reps in variants.items():
-    s = src
-    for a, b in reps:
-        s = s.replace(a, b)
-    (K / f"_bisect_{name}.cuh").write_text(s)
-    (K / f"_bisect_{name}.cu").write_text(main.replace('#include "persistent_gemm.cuh"', f'#include "_bisect_{name}.cuh"'))
-    kname = f"b_{name}"
-    registry.KERNELS[kname] = dataclasses.replace(registry.KERNELS["v6"], name=kname, source=f"sm90/_bisect_{name}.cu")
-    names.append(kname)
-out = {}
-shapes = [tuple(int(x) for x in s.split("x")) for s in sys.argv[1:]] or [(8192, 8192, 8192), (4096, 4096, 4096)]
-for shape in shapes:
-    for rep in range(2):
-        for kname in names:
-            r = run_kernel(RunOptions(kernel=kname, shape=shape, iters=60, check=(rep == 0)))[0]
-            key = f"{kname} {shape[0]}x{shape[1]}x{shape[2]} rep{rep}"
-            out[key] = dict(plain_ms=r.kernel_ms, profiled_ms=r.profiled_ms, cublas_ms=r.cublas_ms, overhead=r.overhead)
-            print(f"{key:40s} plain {r.kernel_ms:.4f} prof {r.profiled_ms:.4f} overhead {100*r.overhead:+.2f}% cublas% {100*r.pct_of_cublas:.1f}", flush=True)
-Path("bisect.json").write_text(json.dumps(out, indent=1))
-print("wrote bisect.json")
+
+
+def make_variants(kernel: str) -> dict[str, str]:
+    """Write each variant's copy of the kernel; returns variant -> registered kernel name."""
+    spec = registry.get(kernel)
+    src = (K / "persistent_gemm.cuh").read_text()
+    for old, _ in (r for reps in VARIANTS.values() for r in reps):
+        assert old in src, old
+    main = (KERNELS_DIR / spec.source).read_text()
+    stream_k = (K / "stream_k.cuh").read_text()
+    names = {}
+    for name, reps in VARIANTS.items():
+        s = src
+        for a, b in reps:
+            s = s.replace(a, b)
+        (K / f"_bisect_{name}.cuh").write_text(s)
+        body = main.replace('#include "persistent_gemm.cuh"', f'#include "_bisect_{name}.cuh"')
+        if '#include "stream_k.cuh"' in main:  # v9, v10: the scheduler includes the kernel body
+            (K / f"_bisect_stream_k_{name}.cuh").write_text(
+                stream_k.replace('#include "persistent_gemm.cuh"', f'#include "_bisect_{name}.cuh"'))
+            body = main.replace('#include "stream_k.cuh"', f'#include "_bisect_stream_k_{name}.cuh"')
+        (K / f"_bisect_{kernel}_{name}.cu").write_text(body)
+        kname = f"b_{kernel}_{name}"
+        registry.KERNELS[kname] = dataclasses.replace(spec, name=kname, source=f"sm90/_bisect_{kernel}_{name}.cu")
+        names[name] = kname
+    return names
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kernel", default="v6")
+    ap.add_argument("--tile", type=int, default=0)
+    ap.add_argument("--iters", type=int, default=60)
+    ap.add_argument("--out", default="bisect.json")
+    ap.add_argument("shapes", nargs="*")
+    a = ap.parse_args()
+    names = make_variants(a.kernel)
+    shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes] or [(8192, 8192, 8192), (4096, 4096, 4096)]
+    out = {"kernel": a.kernel, "tile": a.tile, "iters": a.iters, "rows": {}}
+    for shape in shapes:
+        for rep in range(2):
+            for name, kname in names.items():
+                r = run_kernel(RunOptions(kernel=kname, shape=shape, iters=a.iters, check=(rep == 0), variant=a.tile))[0]
+                key = f"{name} {shape[0]}x{shape[1]}x{shape[2]} rep{rep}"
+                out["rows"][key] = dict(plain_ms=r.kernel_ms, profiled_ms=r.profiled_ms, cublas_ms=r.cublas_ms,
+                                        overhead=r.overhead)
+                print(f"{key:40s} plain {r.kernel_ms:.4f} prof {r.profiled_ms:.4f} overhead {100 * r.overhead:+.2f}% "
+                      f"cublas% {100 * r.pct_of_cublas:.1f}", flush=True)
+    Path(a.out).write_text(json.dumps(out, indent=1))
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
