@@ -142,6 +142,16 @@ def test_dynamic_counter_is_zero_after_each_launch(libs, shape):
         assert rel < 1e-2, rel
 
 
+def test_traced_launch_reads_the_least_recently_used_inputs():
+    """The traced launch stands for the timed ones: it reads the input set the timed launches used
+    longest ago (operands in DRAM, as theirs were), not the one the last timed launch left in L2."""
+    opts = RunOptions("v8", (2048, 2048, 512), iters=20, warmup=2)
+    r = run_kernel(opts)[0]
+    traced, sets = r.run.meta["profiler"]["traced_input_set"]
+    launches = (opts.warmup + opts.iters) * 3  # cuBLAS, the plain and the profiled build, every round
+    assert sets >= 2 and traced == launches % sets
+
+
 def test_overflow_is_counted():
     r = run_kernel(RunOptions("v1", (512, 512, 512), time=False, buffer_scale=0.5))[0]
     # 16 CTAs x (2*8+2 = 18 attempted, 9 kept)
