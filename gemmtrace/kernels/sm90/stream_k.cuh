@@ -39,11 +39,13 @@
 // consumer warpgroup), then a WM x WN fp32 slot for each (the warpgroup's part of the tile); two of
 // each, and a count per tile, under the parallel fix-up. The finishing warpgroup resets each flag it
 // consumed (under the parallel fix-up, the last one done reading a tile), so the workspace is all
-// zero flags again when the kernel ends.
+// zero flags again when the kernel ends. Where every tile is split, partials are written evict-last
+// and read evict-first in L2 (partial_store_policy below).
 #pragma once
 #include <cmath>
 
 #include "gemmtrace/flags.cuh"
+#include "gemmtrace/l2_hint.cuh"
 #include "persistent_gemm.cuh"
 
 namespace stream_k {
@@ -272,6 +274,19 @@ struct Scheduler {
 
   __device__ int slot_index(int w, uint32_t rank, int cw) const { return (w * T::kCluster + int(rank)) * kConsumers + cw; }
 
+  // L2 priorities for the partials (l2_hint.cuh). Where every tile is split, a partial is stored
+  // early in a cluster's range and read at the end of another's, after mainloops that stream more
+  // than the L2 holds: written evict-last and read evict-first it stays in L2 until then (H100,
+  // CUPTI: 8192x128x8192 59.6 -> 55.4 us, 64x8192x4096 34.6 -> 32.6 us, 512x1024x8192 27.9 -> 27.3
+  // us). Behind whole-tile waves the same cost 3072^3 3.6 % (89.1 -> 92.3 us) and 4160^3 1.2 %: the
+  // kept partials crowd out operands the concurrent tiles share. There they keep the default.
+  __device__ uint64_t partial_store_policy() const {
+    return p.part.dp_tiles == 0 ? l2_policy_evict_last() : l2_policy_evict_normal();
+  }
+  __device__ uint64_t partial_load_policy() const {
+    return p.part.dp_tiles == 0 ? l2_policy_evict_first() : l2_policy_evict_normal();
+  }
+
   // After the unit's last k-block has retired (wgmma.wait_group 0): a whole tile needs nothing; a
   // unit past the tile's k-block 0 publishes its partial; the unit with k-block 0 adds the others'.
   template <class Rec, class Sync>
@@ -283,10 +298,11 @@ struct Scheduler {
       // Thread-major slot layout: each store instruction of a warp writes 512 contiguous bytes,
       // and the finishing warpgroup's thread tid reads back exactly the elements it holds.
       float4* slot = p.slots + size_t(slot_index(worker, rank, cw)) * (kSlotFloats / 4) + tid;
+      const uint64_t keep = partial_store_policy();
 #pragma unroll
       for (int i = 0; i < kSlotFloat4s; ++i) {
         const float* a = &acc[i / (T::WN / 8)][4 * (i % (T::WN / 8))];
-        __stcg(slot + i * 128, make_float4(a[0], a[1], a[2], a[3]));
+        st_cg_hint(slot + i * 128, make_float4(a[0], a[1], a[2], a[3]), keep);
       }
       wg_sync();  // every thread's stores, before thread 0's release
       if (tid == 0) flag_release(p.flags + slot_index(worker, rank, cw), 1);
@@ -297,6 +313,7 @@ struct Scheduler {
     // belongs to the clusters after it, in k order. Add their partials in that order.
     const int last = p.part.last_partner(unit.entry);
     const int tile_g0 = (unit.entry - p.part.dp_tiles) * p.part.num_kb;
+    const uint64_t dead = partial_load_policy();  // read for the last time
     for (int w = worker + 1; w <= last; ++w) {
       const uint32_t seg_kb = uint32_t(p.part.sk_begin(w) - tile_g0);  // the partner's first k-block
       int32_t* flag = p.flags + slot_index(w, rank, cw);
@@ -309,7 +326,7 @@ struct Scheduler {
       const float4* slot = p.slots + size_t(slot_index(w, rank, cw)) * (kSlotFloats / 4) + tid;
 #pragma unroll
       for (int i = 0; i < kSlotFloat4s; ++i) {
-        const float4 v = __ldcg(slot + i * 128);
+        const float4 v = ld_cg_hint(slot + i * 128, dead);
         float* a = &acc[i / (T::WN / 8)][4 * (i % (T::WN / 8))];
         a[0] += v.x, a[1] += v.y, a[2] += v.z, a[3] += v.w;
       }
@@ -339,10 +356,11 @@ struct Scheduler {
                                  Sync wg_sync, uint32_t& t) {
     const int tid = threadIdx.x % 128, worker = int(cluster_index());
     float4* mine = p.slots + size_t(slot_of(worker, unit.entry, rank, cw)) * (kSlotFloats / 4) + tid;
+    const uint64_t keep = partial_store_policy();
 #pragma unroll
     for (int i = 0; i < kSlotFloat4s; ++i) {
       const float* a = &acc[i / (T::WN / 8)][4 * (i % (T::WN / 8))];
-      __stcg(mine + i * 128, make_float4(a[0], a[1], a[2], a[3]));
+      st_cg_hint(mine + i * 128, make_float4(a[0], a[1], a[2], a[3]), keep);
     }
     wg_sync();  // every thread's stores, before thread 0's release
     if (tid == 0) flag_release(p.flags + slot_of(worker, unit.entry, rank, cw), 1);
@@ -369,31 +387,44 @@ struct Scheduler {
                 WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile, uint32_t(max(p.part.sk_begin(first + tid) - g0, 0))});
     wg_sync();  // the waiting threads' acquires, before every thread's loads
     t = rec.record(Tag::WAIT_PARTIAL, t, tile, my_kb);
-    constexpr int F = kSlotFloat4s * 128;  // float4s in a slot; slot index f = i * 128 + thread
-    const int segments = last - first + 1, seg = worker - first;
+    // The slice is cut in float2s (one bf16x2 of C each), so that every thread of the warpgroup has
+    // work even when a tile has tens of segments: a slice is then a few float2s a thread, read from
+    // each of tens of partials, and its time goes to L2 round trips. The partials are loaded kBatch
+    // at a time, every load of a batch issued before the first add, the sum kept in k order.
+    // (Cut in float4s, loaded 8 partials a round trip, 256x256x16384 ran 17.95 us a launch on the
+    // H100, CUPTI; this way 17.06 us.)
+    constexpr int F2 = kSlotFloat4s * 128 * 2;  // float2s in a slot; float2 e is half e % 2 of float4 e / 2
+    constexpr int kBatch = 12;                  // more spills the 64-accumulator tiles
+    const int segments = last - first + 1, seg = worker - first, others = last - first;
     // Clusters after `first` keep this tile in their first slot: consecutive clusters' slots are a
     // fixed stride apart.
-    const float4* first_slot = p.slots + size_t(slot_of(first, entry, rank, cw)) * (kSlotFloats / 4);
-    const float4* next_slots = p.slots + size_t(((first + 1) * 2 * T::kCluster + int(rank)) * kConsumers + cw) * (kSlotFloats / 4);
-    constexpr size_t kStride = size_t(2) * T::kCluster * kConsumers * (kSlotFloats / 4);
+    const float2* first_slot = reinterpret_cast<const float2*>(p.slots + size_t(slot_of(first, entry, rank, cw)) * (kSlotFloats / 4));
+    const float2* next_slots = reinterpret_cast<const float2*>(
+        p.slots + size_t(((first + 1) * 2 * T::kCluster + int(rank)) * kConsumers + cw) * (kSlotFloats / 4));
+    constexpr size_t kStride = size_t(2) * T::kCluster * kConsumers * (kSlotFloats / 4) * 2;  // in float2s
+    const uint64_t dead = partial_load_policy();
 #pragma unroll 1
-    for (int f = seg * F / segments + tid; f < (seg + 1) * F / segments; f += 128) {
-      float4 s = __ldcg(first_slot + f);
-#pragma unroll 8
-      for (int w = 0; w < last - first; ++w) {
-        const float4 v = __ldcg(next_slots + w * kStride + f);
-        s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+    for (int e = seg * F2 / segments + tid; e < (seg + 1) * F2 / segments; e += 128) {
+      float2 s = ld_cg_hint(first_slot + e, dead);
+#pragma unroll 1
+      for (int w0 = 0; w0 < others; w0 += kBatch) {
+        const float2* batch = next_slots + w0 * kStride + e;  // one address; the rest at fixed offsets
+        float2 v[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j)
+          if (w0 + j < others) v[j] = ld_cg_hint(batch + j * kStride, dead);
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j)
+          if (w0 + j < others) s.x += v[j].x, s.y += v[j].y;
       }
-      // float4 i of thread `th`'s fragment: accumulators 4j..4j+3 of row group g, i.e. columns
-      // 8j + 2 (lane % 4) + {0, 1} of rows 16 warp + lane / 4 and 8 below (the wgmma D layout).
-      const int i = f / 128, th = f % 128, g = i / (T::WN / 8), j = i % (T::WN / 8);
-      const int row = m_block * T::BM + T::row0(cw) + g * 64 + (th / 32) * 16 + (th % 32) / 4;
+      // float4 f = i * 128 + th of the slot is thread th's accumulators 4j..4j+3 of row group g:
+      // columns 8j + 2 (lane % 4) + {0, 1} of row 16 warp + lane / 4 (its first half) and of the
+      // row 8 below (its second half), in the wgmma D layout.
+      const int f = e / 2, i = f / 128, th = f % 128, g = i / (T::WN / 8), j = i % (T::WN / 8);
+      const int row = m_block * T::BM + T::row0(cw) + g * 64 + (th / 32) * 16 + (th % 32) / 4 + (e % 2) * 8;
       const int col = n_block * T::BN + T::col0(cw) + j * 8 + (th % 4) * 2;
-      if (col < p.n) {  // N is a multiple of 8: both columns or neither
-        if (row < p.m) *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row) * p.n + col) = __floats2bfloat162_rn(s.x, s.y);
-        if (row + 8 < p.m)
-          *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row + 8) * p.n + col) = __floats2bfloat162_rn(s.z, s.w);
-      }
+      if (col < p.n && row < p.m)  // N is a multiple of 8: both columns or neither
+        *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row) * p.n + col) = __floats2bfloat162_rn(s.x, s.y);
     }
     t = rec.record(Tag::REDUCE, t, tile, my_kb);
     wg_sync();  // every thread's loads, before thread 0 says this warpgroup is done reading
