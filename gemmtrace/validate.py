@@ -17,9 +17,10 @@ kernel-name filter keeps ncu to that GEMM launch (gemmtrace's kernels are named 
 
 The trace is expected to read a little short on D (it starts at the first span and ends at the last,
 inside the launch) and a little high on busy (an MMA span runs from the first wgmma's issue to the
-wait that retires it, the pipe is active for part of that). The tolerances below hold what was
-measured on an H100 (v4, v6, v8 on 2026-11-23: D -1.7 %, +1.0 %, -2.5 %; bench/NOTES.md) with room
-for launch-to-launch variation: the ncu launch is another launch than the traced one.
+wait that retires it, the pipe is active for part of that). The tolerances hold what was measured
+on an H100 (v4, v6, v8 on 2026-11-23: D -1.7 %, +1.0 %, -2.5 %; v8 at 4096^3 with the traced launch
+on operands out of L2, -3.2 to +3.6 % in five runs; docs/findings.md) with room for launch-to-launch
+variation: the ncu launch is another launch than the traced one, after a cache flush.
 """
 from __future__ import annotations
 
