@@ -60,7 +60,8 @@ using persistent::kConsumers;
 constexpr int kFixupKBlocks = 2;
 // The parallel fix-up (below), in the same units: its partial stored, the wait for the tile's other
 // segments, one partial's worth read back in slices. Measured with v10's trace at 256x256x16384
-// (128x128 tiles, 33 segments a tile): about 5 us, 12 k-blocks of 0.41 us. So it pays only where
+// (128x128 tiles, 33 segments a tile): about 5 us, 12 k-blocks of 0.41 us (4.8 us again in a trace
+// whose operands started in DRAM). So it pays only where
 // a tile has many segments; with a few, v9's serial fix-up is cheaper (measured slower by 14-25 % at
 // 512x1024x8192, 64x8192x4096 and 8192x128x8192, 3 to 5 segments a tile).
 constexpr int kParallelFixupKBlocks = 12;
@@ -381,10 +382,12 @@ struct Scheduler {
     coords_of(entry, rank, m_block, n_block);
     const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
     const uint32_t my_kb = uint32_t(max(p.part.sk_begin(worker) - g0, 0));
-    // Thread i waits for segment first + i: all the flags in one round trip, not one after another.
-    if (tid <= last - first && first + tid != worker)
-      flag_wait(p.flags + slot_of(first + tid, entry, rank, cw), 1,
-                WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile, uint32_t(max(p.part.sk_begin(first + tid) - g0, 0))});
+    // Thread i waits for segments first + i, first + i + 128, ...: all the flags in one round trip,
+    // not one after another (a tile has up to one segment per cluster: 132 with clusters of one).
+    for (int w = first + tid; w <= last; w += 128)
+      if (w != worker)
+        flag_wait(p.flags + slot_of(w, entry, rank, cw), 1,
+                  WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile, uint32_t(max(p.part.sk_begin(w) - g0, 0))});
     wg_sync();  // the waiting threads' acquires, before every thread's loads
     t = rec.record(Tag::WAIT_PARTIAL, t, tile, my_kb);
     // The slice is cut in float2s (one bf16x2 of C each), so that every thread of the warpgroup has
