@@ -288,6 +288,25 @@ struct Scheduler {
     return p.part.dp_tiles == 0 ? l2_policy_evict_first() : l2_policy_evict_normal();
   }
 
+  // Store this warpgroup's partial to slot s and set the slot's flag. Thread-major layout: each
+  // store instruction of a warp writes 512 contiguous bytes, and thread tid of the reading
+  // warpgroup loads back exactly the elements it holds.
+  template <class Rec, class Sync>
+  __device__ void publish(const float (&acc)[T::kRowGroups][T::WN / 2], int s, uint32_t tile, Rec& rec, Sync wg_sync,
+                          uint32_t& t) {
+    const int tid = threadIdx.x % 128;
+    float4* slot = p.slots + size_t(s) * (kSlotFloats / 4) + tid;
+    const uint64_t keep = partial_store_policy();
+#pragma unroll
+    for (int i = 0; i < kSlotFloat4s; ++i) {
+      const float* a = &acc[i / (T::WN / 8)][4 * (i % (T::WN / 8))];
+      st_cg_hint(slot + i * 128, make_float4(a[0], a[1], a[2], a[3]), keep);
+    }
+    wg_sync();  // every thread's stores, before thread 0's release
+    if (tid == 0) flag_release(p.flags + s, 1);
+    t = rec.record(Tag::PARTIAL_STORE, t, tile, uint32_t(unit.kb_begin));
+  }
+
   // After the unit's last k-block has retired (wgmma.wait_group 0): a whole tile needs nothing; a
   // unit past the tile's k-block 0 publishes its partial; the unit with k-block 0 adds the others'.
   template <class Rec, class Sync>
@@ -296,18 +315,7 @@ struct Scheduler {
     if (kParallelFixup && p.part.parallel) return fixup_parallel(acc, rank, cw, tile, rec, wg_sync, t);
     const int tid = threadIdx.x % 128, worker = int(cluster_index());
     if (unit.kb_begin > 0) {
-      // Thread-major slot layout: each store instruction of a warp writes 512 contiguous bytes,
-      // and the finishing warpgroup's thread tid reads back exactly the elements it holds.
-      float4* slot = p.slots + size_t(slot_index(worker, rank, cw)) * (kSlotFloats / 4) + tid;
-      const uint64_t keep = partial_store_policy();
-#pragma unroll
-      for (int i = 0; i < kSlotFloat4s; ++i) {
-        const float* a = &acc[i / (T::WN / 8)][4 * (i % (T::WN / 8))];
-        st_cg_hint(slot + i * 128, make_float4(a[0], a[1], a[2], a[3]), keep);
-      }
-      wg_sync();  // every thread's stores, before thread 0's release
-      if (tid == 0) flag_release(p.flags + slot_index(worker, rank, cw), 1);
-      t = rec.record(Tag::PARTIAL_STORE, t, tile, uint32_t(unit.kb_begin));
+      publish(acc, slot_index(worker, rank, cw), tile, rec, wg_sync, t);
       return false;
     }
     // k-block 0 of a split tile: this unit ends this cluster's range, so every other segment
@@ -355,17 +363,8 @@ struct Scheduler {
   template <class Rec, class Sync>
   __device__ bool fixup_parallel(float (&acc)[T::kRowGroups][T::WN / 2], uint32_t rank, int cw, uint32_t tile, Rec& rec,
                                  Sync wg_sync, uint32_t& t) {
-    const int tid = threadIdx.x % 128, worker = int(cluster_index());
-    float4* mine = p.slots + size_t(slot_of(worker, unit.entry, rank, cw)) * (kSlotFloats / 4) + tid;
-    const uint64_t keep = partial_store_policy();
-#pragma unroll
-    for (int i = 0; i < kSlotFloat4s; ++i) {
-      const float* a = &acc[i / (T::WN / 8)][4 * (i % (T::WN / 8))];
-      st_cg_hint(mine + i * 128, make_float4(a[0], a[1], a[2], a[3]), keep);
-    }
-    wg_sync();  // every thread's stores, before thread 0's release
-    if (tid == 0) flag_release(p.flags + slot_of(worker, unit.entry, rank, cw), 1);
-    t = rec.record(Tag::PARTIAL_STORE, t, tile, uint32_t(unit.kb_begin));
+    const int worker = int(cluster_index());
+    publish(acc, slot_of(worker, unit.entry, rank, cw), tile, rec, wg_sync, t);
     if (unit.entry * p.part.num_kb + unit.kb_end < p.part.sk_begin(worker + 1)) return false;  // more units follow
 #pragma unroll 1
     for (int e = p.part.sk_begin(worker) / p.part.num_kb; e <= unit.entry; ++e) reduce_slice(e, rank, cw, rec, wg_sync, t);
