@@ -117,8 +117,10 @@ struct Partition {
   bool split() const { return dp_tiles < units; }
   // The k-blocks the busiest cluster runs, counting each partial its split tiles move as
   // kFixupKBlocks: the whole tiles of cluster 0 (which has the most), then its split range.
+  // The k-blocks of the busiest cluster's whole tiles.
+  int64_t whole_kblocks() const { return (int64_t(dp_tiles) + workers - 1) / workers * num_kb; }
   int64_t busiest_kblocks() const {
-    const int64_t whole = (int64_t(dp_tiles) + workers - 1) / workers * num_kb;
+    const int64_t whole = whole_kblocks();
     if (!split()) return whole;
     if (parallel) return sk_base + (sk_extra > 0) + kParallelFixupKBlocks;
     const int64_t split_tiles = units - dp_tiles;

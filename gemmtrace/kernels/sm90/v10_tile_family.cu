@@ -7,14 +7,14 @@
 // computing the empty half of a 128-row tile when M is 64, and clusters of one let a lone tile
 // row (M <= 128) use every SM instead of every other one.
 //
-// The rule (tile_costs below; `gemmtrace list` and docs/kernels.md say it in words): for each tile
+// The rule (tile_cost below; `gemmtrace list` and docs/kernels.md say it in words): for each tile
 // of the family, partition the work exactly as the stream-K scheduler would (whole tiles for full
-// waves, the rest split where that pays), take the k-blocks of the busiest cluster (counting
-// kFixupKBlocks per partial it moves), and scale by the tile's time per k-block: its area relative
-// to 128x256 over its measured throughput relative to 128x256 (kThroughput), or over 1 when the
-// GEMM is memory-bound (memory_bound below). The tile with the smallest product runs; one within
-// 2 % of an earlier tile of the list loses to it (the list is in order of preference: larger tiles,
-// multicast clusters first). Nothing in it names a shape.
+// waves, the rest split where that pays), take the k-blocks of the busiest cluster, count each
+// split k-block (and serial fix-up) kSplitKBlockCost times, and scale by the tile's time per k-block:
+// its area relative to 128x256 over its measured throughput relative to 128x256 (kThroughput). The
+// parallel fix-up is added as the fixed time it was measured to take. The tile with the smallest
+// cost runs; one within 2 % of an earlier tile of the list loses to it (the list is in order of
+// preference: larger tiles, multicast clusters first). Nothing in it names a shape.
 //
 // GtArgs.variant: 0 for the rule, i >= 1 to force tile i - 1 of the family (for studies); GtPlan
 // reports the tile that runs in tile_m, tile_n, cluster and stages, and its index + 1 in variant.
@@ -28,15 +28,28 @@ using persistent::Tile;
 // The family, in order of preference. Stages: as many as fit beside the epilogue buffers.
 using T0 = Tile<128, 256, 2, 4>;  // v9's tile: the most work per byte loaded
 using T1 = Tile<256, 128, 2, 4>;  // the same area, for N too short for 256-wide tiles
-using T2 = Tile<128, 128, 2, 6>;  // half the area: twice the tiles where they are few
-using T3 = Tile<128, 128, 1, 6>;  // no cluster: a lone row of tiles (M <= 128) uses every SM
-using T4 = Tile<64, 256, 1, 4>;   // M <= 64: no empty half-tile computed
-constexpr int kFamily = 5;
+using T2 = Tile<128, 192, 2, 4>;  // three quarters of the area at 0.95 of the throughput: whole waves where 128x256 splits
+using T3 = Tile<128, 128, 2, 6>;  // half the area: twice the tiles where they are few
+using T4 = Tile<128, 128, 1, 6>;  // no cluster: a lone row of tiles (M <= 128) uses every SM
+using T5 = Tile<64, 256, 1, 4>;   // M <= 64: no empty half-tile computed
+using T6 = Tile<64, 128, 1, 7>;   // a quarter of the area: one wave of whole tiles where N = 128 or the grid is small
+constexpr int kFamily = 7;
 
 // Throughput of each tile relative to 128x256 in clusters of two, measured on the H100 with every
-// tile forced at 8192x8192x8192, whole tiles (758, 712, 559, 514 and 470 TFLOP/s;
-// bench/results/20261123-h100-v10-tile-calibration.json).
-constexpr double kThroughput[kFamily] = {1.00, 0.94, 0.74, 0.68, 0.62};
+// tile forced at 8192x8192x8192, whole tiles: 128x256/c2 758, 256x128/c2 712, 128x128/c2 559,
+// 128x128/c1 514 and 64x256/c1 470 TFLOP/s (bench/results/20261123-h100-v10-tile-calibration.json);
+// 128x192/c2 714 and 64x128/c1 340-349 against 750-771 for 128x256/c2 in the same processes
+// (bench/results/20261123-h100-v10-tile-matrix.json). The
+// 64-row and 128-wide tiles are slower per flop: each k16 step reads its A and B from shared memory
+// for a narrower wgmma, so shared-memory bandwidth, not the tensor cores, sets their pace.
+constexpr double kThroughput[kFamily] = {1.00, 0.94, 0.95, 0.74, 0.68, 0.62, 0.45};
+
+// A split k-block costs this many whole ones. Split ranges start at different k offsets on
+// different clusters, so the tiles in flight stop sharing their A and B panels in L2 and read them
+// again from HBM (v9's NOTES). Fitted on the H100 over every tile forced on 51 shapes (37 of them
+// outside the benchmark suite; bench/results/20261123-h100-v10-tile-matrix.json): 1 left a mean
+// loss against the best tile of 9.7 % off the suite, 2 left 4.0 %, 2.5 and 3 made it worse again.
+constexpr double kSplitKBlockCost = 2.0;
 
 // Stream-K splits only where it promises at least this many percent fewer k-blocks on the busiest
 // cluster than whole tiles. v9 measured why: its split phase runs slower than whole tiles, up to a
@@ -66,28 +79,26 @@ auto with_tile(int i, F&& f) {
     case 1: return f(T1{});
     case 2: return f(T2{});
     case 3: return f(T3{});
-    default: return f(T4{});
+    case 4: return f(T4{});
+    case 5: return f(T5{});
+    default: return f(T6{});
   }
-}
-
-// Below this arithmetic intensity (flops per byte of A, B and C) a GEMM waits on HBM, whatever its
-// tile: half the H100's ratio of dense bf16 tensor throughput to HBM bandwidth (~990 TFLOP/s over
-// ~3.35 TB/s, ~300). There the tiles' throughputs measured on a compute-bound shape do not apply
-// (each is slowed to the same HBM pace), and the rule compares k-blocks and area alone.
-constexpr double kMemoryBoundFlopsPerByte = 150.0;
-
-bool memory_bound(const GtArgs* args) {
-  const double m = double(args->m), n = double(args->n), k = double(args->k);
-  return 2.0 * m * n * k / (2.0 * (m * k + n * k + m * n)) < kMemoryBoundFlopsPerByte;
 }
 
 // The rule's cost of tile i: the busiest cluster's k-blocks, in 128x256 k-block times.
 double tile_cost(const GtArgs* args, int i) {
-  const double throughput = memory_bound(args) ? 1.0 : kThroughput[i];
   return with_tile(i, [&](auto t) {
     using T = decltype(t);
     const stream_k::Partition part = stream_k::partition_of<T>(args, kMinSplitGainPct, kParallelFixup<T>);
-    return double(part.busiest_kblocks()) * (double(T::BM) * T::BN / (128.0 * 256.0)) / throughput;
+    const double per_kblock = (double(T::BM) * T::BN / (128.0 * 256.0)) / kThroughput[i];
+    const int64_t busiest = part.busiest_kblocks();
+    if (!part.split()) return double(busiest) * per_kblock;
+    const int64_t whole = part.whole_kblocks();
+    if (!part.parallel) return (double(whole) + kSplitKBlockCost * double(busiest - whole)) * per_kblock;
+    // The parallel fix-up is a store, a wait and a round of reads: its time does not shrink with the
+    // tile, so it costs what it was measured to cost on 128x128/c2 (stream_k.cuh), whatever the tile.
+    constexpr double kParallelFixupCost = stream_k::kParallelFixupKBlocks * (128.0 * 128.0 / (128.0 * 256.0)) / kThroughput[3];
+    return kSplitKBlockCost * double(busiest - stream_k::kParallelFixupKBlocks) * per_kblock + kParallelFixupCost;
   });
 }
 
