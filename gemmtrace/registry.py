@@ -170,7 +170,7 @@ KERNELS: dict[str, KernelSpec] = {
             source="sm90/v10_tile_family.cu",
             arch="sm90a",
             idea=(
-                "the tile shape chosen per problem from a family compiled once (128x256, 256x128, 128x128, 64x256; "
+                "the tile shape chosen per problem from a family compiled once (128x256, 256x128, 128x192, 128x128, 64x256, 64x128; "
                 "clusters of one or two), with v9's stream-K where it pays"
             ),
             tile=(128, 256, 64),
@@ -184,10 +184,10 @@ KERNELS: dict[str, KernelSpec] = {
             rule=(
                 "for each tile, partition the work as the stream-K scheduler would (whole tiles for full waves, the "
                 "rest split only where that promises at least 10 % fewer k-blocks on the busiest cluster) and take "
-                "the k-blocks of the busiest cluster, counting 2 per partial "
-                "tile it moves (or 12 for the parallel fix-up, where every tile is cut over all clusters and that is "
-                "cheaper); multiply by the tile's area over 128x256 and divide by its measured throughput relative to "
-                "128x256 (by 1 for memory-bound GEMMs, under 150 flop/byte); the smallest product wins, and a tile "
+                "the k-blocks of the busiest cluster, counting 2 per partial tile it moves and every split k-block "
+                "2 times (split ranges stop sharing operands in L2); multiply by the tile's area over 128x256 and "
+                "divide by its measured throughput relative to 128x256; add the parallel fix-up, where every tile is "
+                "cut over all clusters and that is cheaper, as the fixed time it takes; the smallest cost wins, and a tile "
                 "within 2 % of an earlier one in the list loses to it (docs/kernels.md)"
             ),
         ),
