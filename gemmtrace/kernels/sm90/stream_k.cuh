@@ -115,10 +115,10 @@ struct Partition {
   // A split tile's finishing unit waits for the clusters (w, last]: the owners of its other segments.
   __host__ __device__ int last_partner(int entry) const { return owner((entry - dp_tiles + 1) * num_kb - 1); }
   bool split() const { return dp_tiles < units; }
-  // The k-blocks the busiest cluster runs, counting each partial its split tiles move as
-  // kFixupKBlocks: the whole tiles of cluster 0 (which has the most), then its split range.
   // The k-blocks of the busiest cluster's whole tiles.
   int64_t whole_kblocks() const { return (int64_t(dp_tiles) + workers - 1) / workers * num_kb; }
+  // The k-blocks the busiest cluster runs, counting each partial its split tiles move as
+  // kFixupKBlocks: the whole tiles of cluster 0 (which has the most), then its split range.
   int64_t busiest_kblocks() const {
     const int64_t whole = whole_kblocks();
     if (!split()) return whole;

@@ -85,19 +85,24 @@ auto with_tile(int i, F&& f) {
   }
 }
 
+// The time of one k-block of tile T (tile i of the family), in 128x256 k-block times: its area
+// relative to 128x256 over its throughput relative to 128x256.
+template <class T>
+constexpr double kblock_time(int i) { return double(T::BM) * T::BN / (128.0 * 256.0) / kThroughput[i]; }
+
 // The rule's cost of tile i: the busiest cluster's k-blocks, in 128x256 k-block times.
 double tile_cost(const GtArgs* args, int i) {
   return with_tile(i, [&](auto t) {
     using T = decltype(t);
     const stream_k::Partition part = stream_k::partition_of<T>(args, kMinSplitGainPct, kParallelFixup<T>);
-    const double per_kblock = (double(T::BM) * T::BN / (128.0 * 256.0)) / kThroughput[i];
+    const double per_kblock = kblock_time<T>(i);
     const int64_t busiest = part.busiest_kblocks();
     if (!part.split()) return double(busiest) * per_kblock;
     const int64_t whole = part.whole_kblocks();
     if (!part.parallel) return (double(whole) + kSplitKBlockCost * double(busiest - whole)) * per_kblock;
     // The parallel fix-up is a store, a wait and a round of reads: its time does not shrink with the
     // tile, so it costs what it was measured to cost on 128x128/c2 (stream_k.cuh), whatever the tile.
-    constexpr double kParallelFixupCost = stream_k::kParallelFixupKBlocks * (128.0 * 128.0 / (128.0 * 256.0)) / kThroughput[3];
+    constexpr double kParallelFixupCost = stream_k::kParallelFixupKBlocks * kblock_time<T3>(3);
     return kSplitKBlockCost * double(busiest - stream_k::kParallelFixupKBlocks) * per_kblock + kParallelFixupCost;
   });
 }
