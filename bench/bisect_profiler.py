@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gemmtrace import registry
+from gemmtrace.cli import parse_shape
 from gemmtrace.paths import KERNELS_DIR
 from gemmtrace.runner import RunOptions, run_kernel
 
@@ -71,7 +72,7 @@ def main() -> None:
     ap.add_argument("shapes", nargs="*")
     a = ap.parse_args()
     names = make_variants(a.kernel)
-    shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes] or [(8192, 8192, 8192), (4096, 4096, 4096)]
+    shapes = [parse_shape(s) for s in a.shapes] or [(8192, 8192, 8192), (4096, 4096, 4096)]
     out = {"kernel": a.kernel, "tile": a.tile, "iters": a.iters, "rows": {}}
     for shape in shapes:
         for rep in range(2):

@@ -14,6 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gemmtrace import registry
 from gemmtrace.build import build
+from gemmtrace.cli import parse_shape
 from gemmtrace.launch import KernelLibrary
 from gemmtrace.runner import RunOptions, run_kernel
 
@@ -28,7 +29,7 @@ def main() -> None:
     lib = KernelLibrary(build("v10").library, "v10")
     rows, losses = [], []
     for text in a.shapes:
-        shape = tuple(int(x) for x in text.lower().split("x"))
+        shape = parse_shape(text)
         picked = lib.plan(lib.args(*shape)).variant  # the rule's tile, 1-based
         ms = {}
         for variant in range(1, len(tiles) + 1):
