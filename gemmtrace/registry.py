@@ -37,6 +37,10 @@ class KernelSpec:
     # A family of tiles compiled into one library (v10), as "BMxBN/cN" (N CTAs a cluster), in the
     # library's order; `tile`, `stages` and `cluster` then describe the first, the rule's choice on
     # large shapes. Empty: one tile.
+    # True: MMA and tma_issue spans per k-block. False (the persistent kernels, v6 on): one of each per
+    # unit (a tile or a stream-K segment), with a wait span per k-block where a wait outlasted
+    # mbarrier.try_wait's own suspension; per-k-block records cost the 128x128 tiles up to 14 %.
+    kblock_spans: bool = True
     tiles: tuple[str, ...] = ()
     rule: str = ""  # how the kernel picks among `tiles`, in words
 
@@ -119,6 +123,7 @@ KERNELS: dict[str, KernelSpec] = {
             roles=("producer", "consumer"),
             cluster=2,
             n_multiple=8,
+            kblock_spans=False,
         ),
         KernelSpec(
             name="v7",
@@ -132,6 +137,7 @@ KERNELS: dict[str, KernelSpec] = {
             orders=("row", "snake", "hilbert"),
             cluster=2,
             n_multiple=8,
+            kblock_spans=False,
         ),
         KernelSpec(
             name="v8",
@@ -146,6 +152,7 @@ KERNELS: dict[str, KernelSpec] = {
             orders=("row", "snake", "hilbert"),
             cluster=2,
             n_multiple=8,
+            kblock_spans=False,
         ),
         KernelSpec(
             name="v9",
@@ -164,6 +171,7 @@ KERNELS: dict[str, KernelSpec] = {
             orders=("row", "snake", "hilbert"),
             cluster=2,
             n_multiple=8,
+            kblock_spans=False,
         ),
         KernelSpec(
             name="v10",
@@ -180,6 +188,7 @@ KERNELS: dict[str, KernelSpec] = {
             orders=("row", "snake", "hilbert"),
             cluster=2,
             n_multiple=8,
+            kblock_spans=False,
             tiles=("128x256/c2", "256x128/c2", "128x192/c2", "128x128/c2", "128x128/c1", "64x256/c1", "64x128/c1"),
             rule=(
                 "for each tile, partition the work as the stream-K scheduler would (whole tiles for full waves, the "

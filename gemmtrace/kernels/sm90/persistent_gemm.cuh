@@ -190,6 +190,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (!more) break;
         int kb0 = 0, kb1 = num_kb;  // the k-blocks of this tile to load: all, unless the scheduler splits K
         if constexpr (kSplitsK) sched.k_range(kb0, kb1);
+        // One tma_issue span per unit, from its first k-block's turn to its last loads issued, and a
+        // wait_empty span inside it where a stage was not free. Recording (and polling) every
+        // k-block's issue cost the 128x128 tiles 11 points at 4096^3: the lone producer lane is on
+        // the loads' critical path (bench/NOTES.md).
+        const uint32_t unit_start = rec.now();
         for (int kb = kb0; kb < kb1; ++kb, ++it) {
           const int s = it % kStages;
           const uint32_t parity = ((it / kStages) & 1) ^ 1;
@@ -212,10 +217,13 @@ __global__ void __launch_bounds__(kThreads, 1)
             else
               tma_load_2d(smem_b(s), &tmap_b, full(s), kb * BK, n_block * BN);
           }
-          if (!was_free) rec.record_span(Tag::WAIT_EMPTY, wait_from, wait_to, tile, kb);
-          t = rec.record(Tag::TMA_ISSUE, wait_to, tile, kb);  // from the stage being free to the loads issued
-          rec.poll();
+          if (!was_free) {
+            rec.record_span(Tag::WAIT_EMPTY, wait_from, wait_to, tile, kb);
+            rec.poll();  // it waited anyway
+          }
         }
+        t = rec.record(Tag::TMA_ISSUE, unit_start, tile, kb0);
+        rec.poll();
       }
     }
   } else {  // ---------------- consumers ----------------
@@ -265,8 +273,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       int kb0 = 0, kb1 = num_kb;  // the k-blocks of this tile to compute: all, unless the scheduler splits K
       if constexpr (kSplitsK) sched.k_range(kb0, kb1);
       const int nkb = kb1 - kb0;
-      // One clock read and one store per k-block in steady state: an MMA span runs from the
-      // retirement of the k-block before (or the tile's first issue) to its own retirement.
+      // One MMA span per unit, from its first wgmma issue to the retirement of its last k-block: the
+      // k-loop itself records nothing (per-k-block spans, contiguous within a unit and so adding
+      // nothing to the busy union, cost the 128x128 tiles 3 points at 4096^3), only the waits for
+      // data that outlast mbarrier.try_wait's own suspension.
       uint32_t mma_start = 0;
       // One k-block: wait for its stage, issue its wgmma group, run `under_mma` while it computes,
       // then retire k-block kb - 1 and release that stage.
@@ -277,6 +287,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           const uint32_t from = rec.now();
           mbarrier_wait(full(s), parity, WaitSite{uint32_t(Role::CONSUMER), kFullBarrier, tile, uint32_t(kb)});
           rec.record(Tag::WAIT_FULL, from, tile, kb);
+          rec.poll();  // it waited anyway
         }
         if (kb == kb0) mma_start = rec.now();  // the tile's first issue
         wgmma_fence();
@@ -289,19 +300,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_commit();
         under_mma();
         wgmma_wait<1>();  // k-block it - 1 has retired; it stays queued
-        if (kb > kb0) {
-          const uint32_t retired = rec.now();
-          release((it - 1) % kStages);
-          rec.record_span(Tag::MMA, mma_start, retired, tile, kb - 1);  // after the release: off its path
-          mma_start = retired;
-        }
+        if (kb > kb0) release((it - 1) % kStages);
         ++it;
       };
 #pragma unroll
       for (int p = 0; p < T::kPanels; ++p)
         if (p < nkb) kblock(kb0 + p, [&] { if (prev_m >= 0) store_panel(p); });
-      // The profiler copies its records out here, not while `packed` holds the previous tile.
-      for (int kb = kb0 + T::kPanels; kb < kb1; ++kb) kblock(kb, [&] { rec.poll(); });
+      for (int kb = kb0 + T::kPanels; kb < kb1; ++kb) kblock(kb, [] {});
 #pragma unroll
       for (int p = 0; p < T::kPanels; ++p)  // fewer k-blocks than panels: the rest of the previous epilogue
         if (p >= nkb && prev_m >= 0) store_panel(p);
@@ -310,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int g = 0; g < T::kRowGroups; ++g) fence_registers(acc[g]);
       t = rec.now();  // the last k-block retired; the epilogue starts here
       release((it - 1) % kStages);
-      rec.record_span(Tag::MMA, mma_start, t, tile, kb1 - 1);
+      rec.record_span(Tag::MMA, mma_start, t, tile, kb0);
       rec.poll();
       if constexpr (kSplitsK) {
         // The previous tile's panels are all stored by now, so nothing is pending when this unit
@@ -362,8 +367,9 @@ int plan(const GtArgs* args, GtPlan* p, char* err, int errlen) {
   *p = GtPlan{};
   p->grid_ctas = clusters * T::kCluster;
   p->regions_per_cta = 1 + kConsumers;
-  // setup and a final claim; per tile: a claim, two spans per k-block, the epilogue
-  p->records_per_region = TileScheduler::max_tiles_per_cluster(units, clusters, args) * (2 * num_kb + 2) + 2;
+  // setup and a final claim; per tile: the producer's claim, its issue span and at most a stage wait
+  // per k-block, or the consumer's MMA span, at most a data wait per k-block and the epilogue
+  p->records_per_region = TileScheduler::max_tiles_per_cluster(units, clusters, args) * (num_kb + 2) + 2;
   p->block_threads = kThreads;
   static_assert(smem_bytes<T, TileScheduler>() <= 227 * 1024, "more shared memory than an H100 CTA may have");
   p->smem_bytes = smem_bytes<T, TileScheduler>();

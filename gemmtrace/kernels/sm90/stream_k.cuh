@@ -226,16 +226,16 @@ struct Scheduler {
   }
   static int max_tiles_per_cluster(int units, int clusters, const GtArgs*) { return host::ceil_div(units, clusters); }
 
-  // Records a recording warp may write, for the busiest cluster: producer: setup, and per k-block a
-  // stage wait and an issue; consumer: setup, per k-block a data wait and an MMA span, per unit an
-  // epilogue or a partial store, per partial added a wait and a reduce span.
+  // Records a recording warp may write, for the busiest cluster: producer: setup, per unit an issue
+  // span and at most a stage wait per k-block; consumer: setup, per unit an MMA span, at most a data
+  // wait per k-block and an epilogue or a partial store, per partial added a wait and a reduce span.
   static int records_per_region(const Partition& part) {
     int64_t most = 0;
     for (int w = 0; w < part.workers; ++w) {
       Unit u{-1, 0, 0};
       int64_t n = 1;
       while (part.next(w, u)) {
-        n += 2 * (u.kb_end - u.kb_begin) + 1;
+        n += (u.kb_end - u.kb_begin) + 2;
         if (part.parallel) n += 2;  // the wait for the other segments and the reduce
         else if (u.kb_begin == 0 && u.kb_end < part.num_kb) n += 2 * (part.last_partner(u.entry) - w);
       }
