@@ -24,7 +24,7 @@ from gemmtrace.runner import RunOptions, run_kernel
 
 K = KERNELS_DIR / "sm90"
 MMA_REC = "rec.record_span(Tag::MMA, mma_start, t, tile, kb0);"
-TMA_REC = "t = rec.record(Tag::TMA_ISSUE, unit_start, tile, kb0);"
+TMA_REC = "t = rec.record(Tag::TMA_ISSUE, t, tile, kb0);"
 EPILOGUE_REC = "if (p == T::kPanels - 1) rec.record(Tag::EPILOGUE, epi_start, uint32_t(prev_m) * grid_n + prev_n);"
 # (Removing the wait records too makes ptxas spill in the 128x256 tiles, which would time the spill:
 # waits are recorded only when they outlast mbarrier.try_wait's suspension, rarely in steady state.)

@@ -34,13 +34,13 @@ class KernelSpec:
     cluster: int = 1
     notes: str = ""
     extra_flags: tuple[str, ...] = field(default=())
-    # A family of tiles compiled into one library (v10), as "BMxBN/cN" (N CTAs a cluster), in the
-    # library's order; `tile`, `stages` and `cluster` then describe the first, the rule's choice on
-    # large shapes. Empty: one tile.
     # True: MMA and tma_issue spans per k-block. False (the persistent kernels, v6 on): one of each per
     # unit (a tile or a stream-K segment), with a wait span per k-block where a wait outlasted
     # mbarrier.try_wait's own suspension; per-k-block records cost the 128x128 tiles up to 14 %.
     kblock_spans: bool = True
+    # A family of tiles compiled into one library (v10), as "BMxBN/cN" (N CTAs a cluster), in the
+    # library's order; `tile`, `stages` and `cluster` then describe the first, the rule's choice on
+    # large shapes. Empty: one tile.
     tiles: tuple[str, ...] = ()
     rule: str = ""  # how the kernel picks among `tiles`, in words
 

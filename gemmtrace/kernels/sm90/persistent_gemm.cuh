@@ -190,17 +190,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (!more) break;
         int kb0 = 0, kb1 = num_kb;  // the k-blocks of this tile to load: all, unless the scheduler splits K
         if constexpr (kSplitsK) sched.k_range(kb0, kb1);
-        // One tma_issue span per unit, from its first k-block's turn to its last loads issued, and a
-        // wait_empty span inside it where a stage was not free. Recording (and polling) every
-        // k-block's issue cost the 128x128 tiles 11 points at 4096^3: the lone producer lane is on
-        // the loads' critical path (bench/NOTES.md).
-        const uint32_t unit_start = rec.now();
+        // One tma_issue span per unit, from the producer's previous span (its claim, the previous
+        // unit or setup) to the unit's last loads issued, and a wait_empty span inside it where a
+        // stage was not free. Recording (and polling) every k-block's issue cost the 128x128 tiles
+        // 11 points at 4096^3: the lone producer lane is on the loads' critical path (bench/NOTES.md).
         for (int kb = kb0; kb < kb1; ++kb, ++it) {
           const int s = it % kStages;
           const uint32_t parity = ((it / kStages) & 1) ^ 1;
           // A wait for a free stage is recorded only when the stage was not already free.
           const bool was_free = mbarrier_try_wait(empty(s), parity);
-          uint32_t wait_from = 0, wait_to = t;
+          uint32_t wait_from = 0, wait_to = 0;  // set only when the stage was not free
           if (!was_free) {
             wait_from = rec.now();
             mbarrier_wait(empty(s), parity, WaitSite{uint32_t(Role::PRODUCER), kEmptyBarrier, tile, uint32_t(kb)});
@@ -222,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             rec.poll();  // it waited anyway
           }
         }
-        t = rec.record(Tag::TMA_ISSUE, unit_start, tile, kb0);
+        t = rec.record(Tag::TMA_ISSUE, t, tile, kb0);
         rec.poll();
       }
     }
