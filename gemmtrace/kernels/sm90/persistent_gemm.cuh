@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbarrier_init_fence();
   }
   // The peer's barriers are initialised before anyone multicasts or arrives on them.
-  if constexpr (kCluster > 1) cluster_sync();
+  if constexpr (kCluster > 1) cluster_sync_after_init();
   else __syncthreads();
   t = rec.record(Tag::SETUP, t);
 

@@ -321,18 +321,25 @@ struct Scheduler {
       return false;
     }
     // k-block 0 of a split tile: this unit ends this cluster's range, so every other segment
-    // belongs to the clusters after it, in k order. Add their partials in that order.
+    // belongs to the clusters after it, in k order. Thread i waits for partners worker + 1 + i,
+    // + 128, ...: every flag in one round trip, where thread 0 used to wait for each in turn
+    // (bench/NOTES.md). Then the partials are added in k order.
     const int last = p.part.last_partner(unit.entry);
     const int tile_g0 = (unit.entry - p.part.dp_tiles) * p.part.num_kb;
+    for (int j = tid; j < last - worker; j += 128) {
+      int32_t* flag = p.flags + slot_index(worker + 1 + j, rank, cw);
+      flag_wait(flag, 1, WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile,
+                                  uint32_t(p.part.sk_begin(worker + 1 + j) - tile_g0)});
+      flag_store_relaxed(flag, 0);  // consumed: the next launch finds it clear
+    }
     const uint64_t dead = partial_load_policy();  // read for the last time
     for (int w = worker + 1; w <= last; ++w) {
       const uint32_t seg_kb = uint32_t(p.part.sk_begin(w) - tile_g0);  // the partner's first k-block
-      int32_t* flag = p.flags + slot_index(w, rank, cw);
-      if (tid == 0) {
-        flag_wait(flag, 1, WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile, seg_kb});
-        flag_store_relaxed(flag, 0);  // consumed: the next launch finds it clear
-      }
-      wg_sync();  // thread 0's acquire, before every thread's loads
+      // A bar.sync and a wait span per partial: the first orders the waiting threads' acquires
+      // before every thread's loads; the loop in this shape (as when thread 0 waited for each flag
+      // here) is one that ptxas allocates without spilling in the profiled 128x256 and 64-row
+      // builds, which spilled 20 to 36 bytes without it. The spans after the first are short.
+      wg_sync();
       t = rec.record(Tag::WAIT_PARTIAL, t, tile, seg_kb);
       const float4* slot = p.slots + size_t(slot_index(w, rank, cw)) * (kSlotFloats / 4) + tid;
 #pragma unroll
