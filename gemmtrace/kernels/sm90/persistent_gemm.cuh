@@ -20,7 +20,8 @@
 //   __device__ bool next_tile(bool producer, bool frees, uint32_t rank, Sync group_sync, int& m, int& n);
 //   __device__ bool claims() const;                  the producer records a sched_claim span per tile
 //   __device__ int index() const;                    position of the current tile in the tile order
-//   __device__ void on_exit();                       thread 0, after the cluster barrier at exit
+//   __device__ void on_exit(uint32_t rank);          the producer lane, leaving: waits for what peers
+//                                                    still write into this CTA's shared memory
 // A scheduler that hands out parts of a tile's k-loop (stream-K, stream_k.cuh) also declares
 // `static constexpr bool kSplitsK = true;` and provides
 //   static void plan(const GtArgs*, int units, int num_kb, int max_clusters, GtPlan*);  grid, buffer, workspace
@@ -124,7 +125,7 @@ struct StaticScheduler {
   }
   __device__ bool claims() const { return false; }
   __device__ int index() const { return next - clusters; }
-  __device__ void on_exit() {}
+  __device__ void on_exit(uint32_t) {}
 };
 
 template <bool kProfile, class T, class TileScheduler>
@@ -224,6 +225,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         t = rec.record(Tag::TMA_ISSUE, t, tile, kb0);
         rec.poll();
       }
+      // Leaving. Every consumer warp of the cluster arrives on this CTA's empty barriers after each
+      // k-block, the peer's remotely, and nobody waits for the last kStages of those arrivals. The
+      // producer waits for them here, as if it were loading kStages more k-blocks, so this CTA's
+      // shared memory outlives the peer's last remote arrive. The producer is idle by now and the
+      // wait ends under the consumers' last epilogue; the cluster barrier at exit that did this job
+      // cost every launch 0.3-1 us (bench/NOTES.md). The peer's multicasts into this CTA have all
+      // landed: this CTA's consumers waited for each of them.
+      if constexpr (kCluster > 1)
+        for (int i = 0; i < kStages; ++i, ++it)
+          mbarrier_wait(empty(it % kStages), ((it / kStages) & 1) ^ 1,
+                        WaitSite{uint32_t(Role::PRODUCER), kEmptyBarrier, kNoTile, uint32_t(i)});
+      sched.on_exit(rank);
     }
   } else {  // ---------------- consumers ----------------
     setmaxnreg_inc<232>();
@@ -336,10 +349,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (issuer) tma_store_wait_read<0>();  // shared memory must outlive the stores' reads
   }
   rec.finish();
-  // In a cluster every stage is released to both producers, so a peer's last arrives may come
-  // after this CTA's own work is done: leave together (once per CTA, not per tile).
-  if constexpr (kCluster > 1) cluster_sync();
-  if (tid == 0) make_scheduler().on_exit();
+  // No cluster barrier on the way out: the producer lane stays until the peer's last writes into
+  // this CTA's shared memory have landed (above).
 }
 
 template <class T>

@@ -272,7 +272,7 @@ struct Scheduler {
   }
   __device__ bool claims() const { return false; }
   __device__ int index() const { return unit.entry; }
-  __device__ void on_exit() {}
+  __device__ void on_exit(uint32_t) {}
   __device__ void k_range(int& kb_begin, int& kb_end) const { kb_begin = unit.kb_begin, kb_end = unit.kb_end; }
 
   __device__ int slot_index(int w, uint32_t rank, int cw) const { return (w * T::kCluster + int(rank)) * kConsumers + cw; }

@@ -6,7 +6,8 @@
 // it to both CTAs through a two-slot ring in shared memory (a st.shared::cluster into the peer and
 // a release.cluster arrive on each CTA's "claimed" barrier). Every role of both CTAs (the other
 // producer and the four consumer warpgroups) reads the tile from the ring, and frees the slot with
-// an arrive on rank 0's "read" barrier. The producer runs a few k-blocks ahead of the consumers,
+// an arrive on rank 0's "read" barrier (which rank 0's producer drains before it leaves: the CTAs
+// leave without a cluster barrier). The producer runs a few k-blocks ahead of the consumers,
 // so a claim is made, and published, before the consumers finish the previous tile: claiming costs
 // no mainloop time. An SM whose tiles ran fast simply claims more: no partial last wave is left
 // to the SMs that happened to get one tile too many under the static schedule.
@@ -131,7 +132,15 @@ struct TileScheduler {
   __device__ bool claims() const { return p.dynamic != 0; }
   __device__ int index() const { return index_; }
 
-  __device__ void on_exit() {}  // the last claim reset the counter (claim_and_publish)
+  // Rank 0's producer, leaving: the readers free each claim's slot with an arrive on rank 0's read
+  // barrier, rank 1's remotely, and nobody waits for the frees of the last claim before the final
+  // one. Wait for them as a next claim would, so that this CTA's shared memory outlives them. (The
+  // final claim is never freed; the last claim also reset the counter: claim_and_publish.)
+  __device__ void on_exit(uint32_t rank) {
+    if (!p.dynamic || rank != 0) return;
+    mbarrier_wait(read_bar(taken % kClaimSlots), ((taken / kClaimSlots) & 1) ^ 1,
+                  WaitSite{uint32_t(Role::SCHEDULER), persistent::kReadBarrier, kNoTile, uint32_t(taken)});
+  }
 };
 
 }  // namespace
