@@ -7,9 +7,9 @@ writes bisect.json (or --out) in the current folder.
 
 --kernel: any kernel built on persistent_gemm.cuh (v6 to v10); --tile: a tile of v10's family, as
 `gemmtrace list` numbers them (default: the rule's choice). The variants are made by text
-substitution of the lines named below; if the kernel changes so that one is missing, the script
-stops at the assertion that names it. Generated files go to gemmtrace/kernels/sm90/_bisect_*
-(ignored by git)."""
+substitution of the lines named below, in persistent_gemm.cuh or (the fix-up's records, v9 and v10
+only) stream_k.cuh; if the kernel changes so that one is missing, the script stops at the assertion
+that names it. Generated files go to gemmtrace/kernels/sm90/_bisect_* (ignored by git)."""
 import argparse
 import dataclasses
 import json
@@ -26,33 +26,45 @@ K = KERNELS_DIR / "sm90"
 MMA_REC = "rec.record_span(Tag::MMA, mma_start, t, tile, kb0);"
 TMA_REC = "t = rec.record(Tag::TMA_ISSUE, t, tile, kb0);"
 EPILOGUE_REC = "if (p == T::kPanels - 1) rec.record(Tag::EPILOGUE, epi_start, uint32_t(prev_m) * grid_n + prev_n);"
+# The serial stream-K fix-up's records (stream_k.cuh): the partial's store, the wait for the partners'
+# flags and the reduce of their partials (with the poll after it).
+PUBLISH_REC = "t = rec.record(Tag::PARTIAL_STORE, t, tile, uint32_t(unit.kb_begin));"
+WAIT_PARTIAL_REC = "t = rec.record(Tag::WAIT_PARTIAL, t, tile, first_kb);"
+REDUCE_REC = "t = rec.record(Tag::REDUCE, t, tile, first_kb);\n    rec.poll();"
 # (Removing the wait records too makes ptxas spill in the 128x256 tiles, which would time the spill:
 # waits are recorded only when they outlast mbarrier.try_wait's suspension, rarely in steady state.)
+# Each substitution: (file, old, new), file "persistent" or "stream_k".
 VARIANTS = {
     "full": [],
-    "no_unit_rec": [(MMA_REC, ""), (TMA_REC, "")],
-    "no_epilogue_rec": [(EPILOGUE_REC, "")],
+    "no_unit_rec": [("persistent", MMA_REC, ""), ("persistent", TMA_REC, "")],
+    "no_epilogue_rec": [("persistent", EPILOGUE_REC, "")],
+    "no_fixup_rec": [("stream_k", PUBLISH_REC, ""), ("stream_k", WAIT_PARTIAL_REC, ""), ("stream_k", REDUCE_REC, "")],
+    # every span but setup and the waits: what is left is the recorder's fixed cost per launch
+    "no_span_rec": [("persistent", MMA_REC, ""), ("persistent", TMA_REC, ""), ("persistent", EPILOGUE_REC, ""),
+                    ("stream_k", PUBLISH_REC, ""), ("stream_k", WAIT_PARTIAL_REC, ""), ("stream_k", REDUCE_REC, "")],
 }
 
 
 def make_variants(kernel: str) -> dict[str, str]:
     """Write each variant's copy of the kernel; returns variant -> registered kernel name."""
     spec = registry.get(kernel)
-    src = (K / "persistent_gemm.cuh").read_text()
-    for old, _ in (r for reps in VARIANTS.values() for r in reps):
-        assert old in src, old
     main = (KERNELS_DIR / spec.source).read_text()
-    stream_k = (K / "stream_k.cuh").read_text()
+    splits_k = '#include "stream_k.cuh"' in main  # v9, v10: the scheduler includes the kernel body
+    texts = {"persistent": (K / "persistent_gemm.cuh").read_text(), "stream_k": (K / "stream_k.cuh").read_text()}
+    for where, old, _ in (r for reps in VARIANTS.values() for r in reps):
+        assert old in texts[where], old
     names = {}
     for name, reps in VARIANTS.items():
-        s = src
-        for a, b in reps:
-            s = s.replace(a, b)
-        (K / f"_bisect_{name}.cuh").write_text(s)
+        if not splits_k and any(where == "stream_k" for where, _, _ in reps):
+            continue  # no fix-up to bisect
+        s = dict(texts)
+        for where, a, b in reps:
+            s[where] = s[where].replace(a, b)
+        (K / f"_bisect_{name}.cuh").write_text(s["persistent"])
         body = main.replace('#include "persistent_gemm.cuh"', f'#include "_bisect_{name}.cuh"')
-        if '#include "stream_k.cuh"' in main:  # v9, v10: the scheduler includes the kernel body
+        if splits_k:
             (K / f"_bisect_stream_k_{name}.cuh").write_text(
-                stream_k.replace('#include "persistent_gemm.cuh"', f'#include "_bisect_{name}.cuh"'))
+                s["stream_k"].replace('#include "persistent_gemm.cuh"', f'#include "_bisect_{name}.cuh"'))
             body = main.replace('#include "stream_k.cuh"', f'#include "_bisect_stream_k_{name}.cuh"')
         (K / f"_bisect_{kernel}_{name}.cu").write_text(body)
         kname = f"b_{kernel}_{name}"

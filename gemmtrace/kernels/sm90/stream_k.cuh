@@ -228,7 +228,8 @@ struct Scheduler {
 
   // Records a recording warp may write, for the busiest cluster: producer: setup, per unit an issue
   // span and at most a stage wait per k-block; consumer: setup, per unit an MMA span, at most a data
-  // wait per k-block and an epilogue or a partial store, per partial added a wait and a reduce span.
+  // wait per k-block and an epilogue or a partial store, and for a tile it finishes a wait and a
+  // reduce span.
   static int records_per_region(const Partition& part) {
     int64_t most = 0;
     for (int w = 0; w < part.workers; ++w) {
@@ -237,7 +238,7 @@ struct Scheduler {
       while (part.next(w, u)) {
         n += (u.kb_end - u.kb_begin) + 2;
         if (part.parallel) n += 2;  // the wait for the other segments and the reduce
-        else if (u.kb_begin == 0 && u.kb_end < part.num_kb) n += 2 * (part.last_partner(u.entry) - w);
+        else if (u.kb_begin == 0 && u.kb_end < part.num_kb) n += 2;  // the wait and the reduce
       }
       most = std::max(most, n);
     }
@@ -333,14 +334,16 @@ struct Scheduler {
       flag_store_relaxed(flag, 0);  // consumed: the next launch finds it clear
     }
     const uint64_t dead = partial_load_policy();  // read for the last time
+    // One wait span (every partner's flag acquired) and one reduce span (every partial added) for
+    // the whole fix-up: a record and a poll per partial cost the profiled build 5 % at
+    // 512x1024x8192 (bench/NOTES.md).
+    const uint32_t first_kb = uint32_t(p.part.sk_begin(worker + 1) - tile_g0);  // the first partner's
+    wg_sync();  // the waiting threads' acquires, before every thread's loads
+    t = rec.record(Tag::WAIT_PARTIAL, t, tile, first_kb);
     for (int w = worker + 1; w <= last; ++w) {
-      const uint32_t seg_kb = uint32_t(p.part.sk_begin(w) - tile_g0);  // the partner's first k-block
-      // A bar.sync and a wait span per partial: the first orders the waiting threads' acquires
-      // before every thread's loads; the loop in this shape (as when thread 0 waited for each flag
-      // here) is one that ptxas allocates without spilling in the profiled 128x256 and 64-row
-      // builds, which spilled 20 to 36 bytes without it. The spans after the first are short.
+      // A bar.sync per partial: in this shape ptxas allocates the loop without spilling in the
+      // profiled 128x256 and 64-row builds, which spilled 20 to 36 bytes without it.
       wg_sync();
-      t = rec.record(Tag::WAIT_PARTIAL, t, tile, seg_kb);
       const float4* slot = p.slots + size_t(slot_index(w, rank, cw)) * (kSlotFloats / 4) + tid;
 #pragma unroll
       for (int i = 0; i < kSlotFloat4s; ++i) {
@@ -348,9 +351,9 @@ struct Scheduler {
         float* a = &acc[i / (T::WN / 8)][4 * (i % (T::WN / 8))];
         a[0] += v.x, a[1] += v.y, a[2] += v.z, a[3] += v.w;
       }
-      t = rec.record(Tag::REDUCE, t, tile, seg_kb);
-      rec.poll();
     }
+    t = rec.record(Tag::REDUCE, t, tile, first_kb);
+    rec.poll();
     return true;
   }
 
