@@ -27,10 +27,10 @@ MMA_REC = "rec.record_span(Tag::MMA, mma_start, t, tile, kb0);"
 TMA_REC = "t = rec.record(Tag::TMA_ISSUE, t, tile, kb0);"
 EPILOGUE_REC = "if (p == T::kPanels - 1) rec.record(Tag::EPILOGUE, epi_start, uint32_t(prev_m) * grid_n + prev_n);"
 # The serial stream-K fix-up's records (stream_k.cuh): the partial's store, the wait for the partners'
-# flags and the reduce of their partials (with the poll after it).
+# flags and the reduce of their partials (with the poll after it; both stored after the reduce loop).
 PUBLISH_REC = "t = rec.record(Tag::PARTIAL_STORE, t, tile, uint32_t(unit.kb_begin));"
-WAIT_PARTIAL_REC = "t = rec.record(Tag::WAIT_PARTIAL, t, tile, first_kb);"
-REDUCE_REC = "t = rec.record(Tag::REDUCE, t, tile, first_kb);\n    rec.poll();"
+WAIT_PARTIAL_REC = "rec.record_span(Tag::WAIT_PARTIAL, t, wait_end, tile, first_kb);"
+REDUCE_REC = "t = rec.record(Tag::REDUCE, wait_end, tile, first_kb);\n    rec.poll();"
 # (Removing the wait records too makes ptxas spill in the 128x256 tiles, which would time the spill:
 # waits are recorded only when they outlast mbarrier.try_wait's suspension, rarely in steady state.)
 # Each substitution: (file, old, new), file "persistent" or "stream_k".

@@ -335,11 +335,12 @@ struct Scheduler {
     }
     const uint64_t dead = partial_load_policy();  // read for the last time
     // One wait span (every partner's flag acquired) and one reduce span (every partial added) for
-    // the whole fix-up: a record and a poll per partial cost the profiled build 5 % at
-    // 512x1024x8192 (bench/NOTES.md).
+    // the whole fix-up, both stored after the loop (only the clock is read before it): a record and
+    // a poll per partial cost the profiled build 5 % at 512x1024x8192, the wait's record stored
+    // before the loop another 1-2 % (bench/NOTES.md).
     const uint32_t first_kb = uint32_t(p.part.sk_begin(worker + 1) - tile_g0);  // the first partner's
     wg_sync();  // the waiting threads' acquires, before every thread's loads
-    t = rec.record(Tag::WAIT_PARTIAL, t, tile, first_kb);
+    const uint32_t wait_end = rec.now();
     for (int w = worker + 1; w <= last; ++w) {
       // A bar.sync per partial: in this shape ptxas allocates the loop without spilling in the
       // profiled 128x256 and 64-row builds, which spilled 20 to 36 bytes without it.
@@ -352,7 +353,8 @@ struct Scheduler {
         a[0] += v.x, a[1] += v.y, a[2] += v.z, a[3] += v.w;
       }
     }
-    t = rec.record(Tag::REDUCE, t, tile, first_kb);
+    rec.record_span(Tag::WAIT_PARTIAL, t, wait_end, tile, first_kb);
+    t = rec.record(Tag::REDUCE, wait_end, tile, first_kb);
     rec.poll();
     return true;
   }
