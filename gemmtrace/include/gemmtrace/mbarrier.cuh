@@ -79,6 +79,14 @@ __device__ __forceinline__ void st_shared_cluster(uint32_t addr, uint32_t cta_ra
       : "memory");
 }
 
+// Wait with no bound, in debug builds too: for a wait that outlasts a bounded one elsewhere only
+// when that other wait never ends, so the bounded wait's report names the cause (a CTA draining
+// its peers' arrives before it leaves waits on consumers that wait on data).
+__device__ __forceinline__ void mbarrier_wait_unbounded(uint32_t bar, uint32_t parity) {
+  while (!mbarrier_try_wait(bar, parity)) {
+  }
+}
+
 // Wait until the barrier's phase with the given parity has completed. kClusterScope: acquire at
 // cluster scope, for barriers a peer CTA completes after writing into this CTA's shared memory.
 // In debug builds (GEMMTRACE_DEBUG) the wait is bounded: on expiry it reports `site` and stops

@@ -231,12 +231,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       // shared memory outlives the peer's last remote arrive. The producer is idle by now and the
       // wait ends under the consumers' last epilogue; the cluster barrier at exit that did this job
       // cost every launch 0.3-1 us (bench/NOTES.md). The peer's multicasts into this CTA have all
-      // landed: this CTA's consumers waited for each of them. Not bounded in debug builds: if it
-      // never ends, a consumer is stuck in a bounded wait, and that wait's report names the cause.
+      // landed: this CTA's consumers waited for each of them. Unbounded: if it never ends, a
+      // consumer is stuck in a bounded wait, and that wait's report names the cause.
       if constexpr (kCluster > 1)
-        for (int i = 0; i < kStages; ++i, ++it)
-          while (!mbarrier_try_wait(empty(it % kStages), ((it / kStages) & 1) ^ 1)) {
-          }
+        for (int i = 0; i < kStages; ++i, ++it) mbarrier_wait_unbounded(empty(it % kStages), ((it / kStages) & 1) ^ 1);
       sched.on_exit(rank);
     }
   } else {  // ---------------- consumers ----------------

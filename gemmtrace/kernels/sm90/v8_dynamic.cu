@@ -135,12 +135,11 @@ struct TileScheduler {
   // Rank 0's producer, leaving: the readers free each claim's slot with an arrive on rank 0's read
   // barrier, rank 1's remotely, and nobody waits for the frees of the last claim before the final
   // one. Wait for them as a next claim would, so that this CTA's shared memory outlives them. (The
-  // final claim is never freed; the last claim also reset the counter: claim_and_publish.) Not
-  // bounded in debug builds: a reader that never frees is stuck in a bounded wait that reports.
+  // final claim is never freed; the last claim also reset the counter: claim_and_publish.)
+  // Unbounded: a reader that never frees is stuck in a bounded wait that reports.
   __device__ void on_exit(uint32_t rank) {
     if (!p.dynamic || rank != 0) return;
-    while (!mbarrier_try_wait(read_bar(taken % kClaimSlots), ((taken / kClaimSlots) & 1) ^ 1)) {
-    }
+    mbarrier_wait_unbounded(read_bar(taken % kClaimSlots), ((taken / kClaimSlots) & 1) ^ 1);
   }
 };
 
