@@ -31,14 +31,27 @@ EPILOGUE_REC = "if (p == T::kPanels - 1) rec.record(Tag::EPILOGUE, epi_start, ui
 PUBLISH_REC = "t = rec.record(Tag::PARTIAL_STORE, t, tile, uint32_t(unit.kb_begin));"
 WAIT_PARTIAL_REC = "rec.record_span(Tag::WAIT_PARTIAL, t, wait_end, tile, first_kb);"
 REDUCE_REC = "t = rec.record(Tag::REDUCE, wait_end, tile, first_kb);\n    rec.poll();"
-# (Removing the wait records too makes ptxas spill in the 128x256 tiles, which would time the spill:
-# waits are recorded only when they outlast mbarrier.try_wait's suspension, rarely in steady state.)
+# The waits' records (each with its poll), recorded only when a wait outlasts mbarrier.try_wait's
+# suspension, and the polls after each unit's records. (Removing the wait records together with the
+# spans makes ptxas spill in the 128x256 tiles, which would time the spill.)
+WAIT_EMPTY_REC = "            rec.record_span(Tag::WAIT_EMPTY, wait_from, wait_to, tile, kb);\n            rec.poll();  // it waited anyway\n"
+WAIT_FULL_REC = "          rec.record(Tag::WAIT_FULL, from, tile, kb);\n          rec.poll();  // it waited anyway\n"
+TMA_POLL = (TMA_REC + "\n        rec.poll();\n", TMA_REC + "\n")
+MMA_POLL = (MMA_REC + "\n      rec.poll();\n", MMA_REC + "\n")
+# The recorder compiled in but never initialised (a condition false at run time): what the recording
+# code costs by being there, apart from running.
+INIT = "  if (warp % 4 == wg)\n    rec.init("
+INIT_NEVER = "  if (warp % 4 == wg && prof.capacity == 0xFFFFFFFFu)\n    rec.init("
 # Each substitution: (file, old, new), file "persistent" or "stream_k".
 VARIANTS = {
     "full": [],
     "no_unit_rec": [("persistent", MMA_REC, ""), ("persistent", TMA_REC, "")],
     "no_epilogue_rec": [("persistent", EPILOGUE_REC, "")],
     "no_fixup_rec": [("stream_k", PUBLISH_REC, ""), ("stream_k", WAIT_PARTIAL_REC, ""), ("stream_k", REDUCE_REC, "")],
+    "no_wait_empty_rec": [("persistent", WAIT_EMPTY_REC, "")],
+    "no_wait_full_rec": [("persistent", WAIT_FULL_REC, "")],
+    "no_unit_poll": [("persistent",) + TMA_POLL, ("persistent",) + MMA_POLL],
+    "init_never": [("persistent", INIT, INIT_NEVER)],
 }
 # every span but setup and the waits: what is left is the recorder's fixed cost per launch
 VARIANTS["no_span_rec"] = VARIANTS["no_unit_rec"] + VARIANTS["no_epilogue_rec"] + VARIANTS["no_fixup_rec"]
