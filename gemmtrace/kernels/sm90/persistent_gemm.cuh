@@ -250,8 +250,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t packed[T::kRowGroups][WN / 4];
     int prev_m = -1, prev_n = 0;  // the tile in `packed`, if any
     uint32_t epi_start = 0;
-    // Release stage ps to the producer of each CTA of the cluster (the cluster barrier at exit
-    // keeps the peer alive).
+    // Release stage ps to the producer of each CTA of the cluster (the peer's producer drains these
+    // arrives before its CTA leaves: see the producer's exit).
     auto release = [&](int ps) {
       if (lane == 0) {
         mbarrier_arrive(empty(ps));
