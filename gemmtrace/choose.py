@@ -37,8 +37,10 @@ class Choice:
                           f"{self.order} order"])
 
 
-def _tile_name(bm: int, bn: int, cluster: int) -> str:
-    return f"{bm}x{bn}/c{cluster}"
+def tile_name(bm: int, bn: int, cluster: int, split_k: int = 1) -> str:
+    """"BMxBN/cN" (N CTAs a cluster along M, sharing B), or "BMxBN/kN" (N CTAs a cluster, each a
+    share of every tile's k-loop, summed in distributed shared memory)."""
+    return f"{bm}x{bn}/k{split_k}" if split_k > 1 else f"{bm}x{bn}/c{cluster}"
 
 
 def choose(shape: tuple[int, int, int], num_sms: int = 132, lib: KernelLibrary | None = None) -> Choice:
@@ -49,7 +51,7 @@ def choose(shape: tuple[int, int, int], num_sms: int = 132, lib: KernelLibrary |
     args = lib.args(m, n, k, num_sms=num_sms)
     plan = lib.plan(args)  # one sentence for a shape v10 cannot do
     family = lib.tile_family(args)
-    names = [_tile_name(bm, bn, c) for (bm, bn, c, _stages), _cost in family]
+    names = [tile_name(bm, bn, c, s) for (bm, bn, c, _stages, s), _cost in family]
     costs = [cost for _tile, cost in family]
     i = plan.variant - 1
     split = plan.workspace_bytes > 0

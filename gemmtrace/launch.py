@@ -47,7 +47,7 @@ class GtPlan(ctypes.Structure):
             "grid_ctas", "regions_per_cta", "records_per_region", "block_threads", "smem_bytes",
             "tile_m", "tile_n", "tile_k", "stages", "cluster", "tiles", "variant",
         )
-    ] + [("workspace_bytes", ctypes.c_int64)]
+    ] + [("workspace_bytes", ctypes.c_int64), ("split_k", ctypes.c_int32)]
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,15 @@ class Plan:
     workspace_bytes: int = 0
     # Kernels with several builds of one idea (v10's tile family): the one that runs, 1-based; else 0.
     variant: int = 0
+    # CTAs of a cluster that split each tile's k-loop and sum their shares in shared memory (v10's
+    # /kN tiles); 1: each tile's k-loop runs in one CTA (or is split by stream-K across clusters).
+    split_k: int = 1
 
     @classmethod
     def from_c(cls, p: GtPlan) -> "Plan":
-        return cls(**{f: int(getattr(p, f)) for f in cls.__dataclass_fields__})
+        fields = {f: int(getattr(p, f)) for f in cls.__dataclass_fields__}
+        fields["split_k"] = max(1, fields["split_k"])  # kernels that predate the field leave it 0
+        return cls(**fields)
 
 
 class KernelLibrary:
@@ -107,16 +112,17 @@ class KernelLibrary:
             raise GemmtraceError(f"kernel {self.kernel} cannot run M={args.m}, N={args.n}, K={args.k}: {self._err.value.decode()}.")
         return Plan.from_c(out)
 
-    def tile_family(self, args: GtArgs | None = None) -> list[tuple[tuple[int, int, int, int], float]]:
-        """A kernel with a family of tiles (v10): each tile as (BM, BN, cluster, stages) with its
-        rule's cost for `args`' shape (0.0 without a shape), in family order."""
+    def tile_family(self, args: GtArgs | None = None) -> list[tuple[tuple[int, int, int, int, int], float]]:
+        """A kernel with a family of tiles (v10): each tile as (BM, BN, cluster, stages, split_k)
+        with its rule's cost for `args`' shape (0.0 without a shape), in family order. cluster:
+        CTAs along M sharing B; split_k: CTAs of a cluster splitting each tile's k-loop (1: none)."""
         fn = getattr(self._lib, "gt_tile_family", None)
         if fn is None:
             raise GemmtraceError(f"kernel {self.kernel} has no tile family.")
         fn.argtypes = [ctypes.POINTER(GtArgs), ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_double)]
-        out, costs = (ctypes.c_int32 * 64)(), (ctypes.c_double * 16)()
+        out, costs = (ctypes.c_int32 * (5 * 32))(), (ctypes.c_double * 32)()
         n = fn(ctypes.byref(args) if args is not None else None, out, costs)
-        return [(tuple(out[4 * i:4 * i + 4]), float(costs[i])) for i in range(n)]
+        return [(tuple(out[5 * i:5 * i + 5]), float(costs[i])) for i in range(n)]
 
     def launch(self, args: GtArgs) -> None:
         if self._lib.gt_launch(ctypes.byref(args), self._err, len(self._err)) != 0:

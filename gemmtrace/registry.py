@@ -189,7 +189,8 @@ KERNELS: dict[str, KernelSpec] = {
             cluster=2,
             n_multiple=8,
             kblock_spans=False,
-            tiles=("128x256/c2", "256x128/c2", "128x192/c2", "128x128/c2", "128x128/c1", "64x256/c1", "64x128/c1"),
+            tiles=("128x256/c2", "256x128/c2", "128x192/c2", "128x128/c2", "128x128/c1", "64x256/c1", "64x128/c1",
+                   "128x128/k2"),
             rule=(
                 "for each tile, partition the work as the stream-K scheduler would (whole tiles for full waves, the "
                 "rest split only where that promises at least 10 % fewer k-blocks on the busiest cluster) and take "

@@ -124,12 +124,14 @@ def _serial_partition(units: int, num_kb: int, max_workers: int, min_gain_pct: i
 
 
 def for_shape(m: int, n: int, k: int, sms: int = 132, tile: tuple[int, int, int] = (128, 256, 64),
-              cluster: int = 2, min_gain_pct: int = 0, parallel_fixup: bool = False) -> Partition:
+              cluster: int = 2, min_gain_pct: int = 0, parallel_fixup: bool = False, split_k: int = 1) -> Partition:
     """The partition v9 (or v10, with its tile and min_gain_pct=10) uses for an (M, N, K) GEMM on
-    `sms` SMs (or a max_ctas cap)."""
+    `sms` SMs (or a max_ctas cap). split_k: CTAs a cluster splitting each unit's k-loop (v10's /kN
+    tiles), so clusters of cluster * split_k CTAs. (With a GPU, clusters of four or more are capped
+    at what the device holds at once, which this does not know.)"""
     bm, bn, bk = tile
     units = math.ceil(math.ceil(m / bm) / cluster) * math.ceil(n / bn)
-    return partition(units, math.ceil(k / bk), max(1, sms // cluster), min_gain_pct, parallel_fixup)
+    return partition(units, math.ceil(k / bk), max(1, sms // (cluster * split_k)), min_gain_pct, parallel_fixup)
 
 
 def workspace_bytes(p: Partition, cluster: int = 2, consumers: int = 2, slot_floats: int = 64 * 256) -> int:

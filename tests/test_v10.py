@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from gemmtrace import GemmtraceError, registry
+from gemmtrace.choose import tile_name
 from gemmtrace.stream_k import for_shape, workspace_bytes
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to build v10")
@@ -21,31 +22,27 @@ def v10():
     return KernelLibrary(build("v10").library, "v10")
 
 
-def _name(bm, bn, cluster):
-    return f"{bm}x{bn}/c{cluster}"
-
-
 def test_registry_lists_the_library_family(v10):
     family = v10.tile_family()
-    assert [_name(bm, bn, c) for (bm, bn, c, _s), _ in family] == list(registry.get("v10").tiles)
+    assert [tile_name(bm, bn, c, s) for (bm, bn, c, _stages, s), _ in family] == list(registry.get("v10").tiles)
 
 
 @pytest.mark.parametrize("variant", range(1, len(registry.get("v10").tiles) + 1))
 def test_a_forced_tile_is_the_one_planned(v10, variant):
-    (bm, bn, cluster, stages), _ = v10.tile_family()[variant - 1]
+    (bm, bn, cluster, stages, split_k), _ = v10.tile_family()[variant - 1]
     p = v10.plan(v10.args(1000, 1496, 520, num_sms=132, variant=variant))
-    assert (p.tile_m, p.tile_n, p.cluster, p.stages, p.variant) == (bm, bn, cluster, stages, variant)
+    assert (p.tile_m, p.tile_n, p.cluster, p.stages, p.split_k, p.variant) == (bm, bn, cluster, stages, split_k, variant)
     assert p.smem_bytes <= 227 * 1024
 
 
 def test_bad_variant_is_one_sentence(v10):
-    with pytest.raises(GemmtraceError, match="v10 has tiles 1 to 7"):
-        v10.plan(v10.args(256, 256, 256, variant=8))
+    with pytest.raises(GemmtraceError, match="v10 has tiles 1 to 8"):
+        v10.plan(v10.args(256, 256, 256, variant=9))
 
 
 def _choice(v10, m, n, k, sms=132):
     p = v10.plan(v10.args(m, n, k, num_sms=sms))
-    return _name(p.tile_m, p.tile_n, p.cluster), p
+    return tile_name(p.tile_m, p.tile_n, p.cluster, p.split_k), p
 
 
 def test_rule_follows_the_shape_not_a_list(v10):
@@ -80,11 +77,14 @@ def test_kernel_partition_matches_the_model_at_ten_percent(v10, shape):
     """v10 splits only for a 10 % gain; the Python mirror with min_gain_pct=10 agrees unit for unit."""
     p_plan = v10.plan(v10.args(*shape, num_sms=132))
     tile = (p_plan.tile_m, p_plan.tile_n, 64)
-    parallel = p_plan.tile_m * p_plan.tile_n <= 128 * 128  # tiles with 64 accumulators a thread
-    p = for_shape(*shape, sms=132, tile=tile, cluster=p_plan.cluster, min_gain_pct=10, parallel_fixup=parallel)
-    assert p_plan.grid_ctas == p_plan.cluster * p.workers
-    consumers_part = (p_plan.tile_m * p_plan.tile_n) // 2
-    assert p_plan.workspace_bytes == workspace_bytes(p, cluster=p_plan.cluster, slot_floats=consumers_part)
+    # tiles with 64 accumulators a thread, unless their clusters split K (they take the serial fix-up)
+    parallel = p_plan.tile_m * p_plan.tile_n <= 128 * 128 and p_plan.split_k == 1
+    p = for_shape(*shape, sms=132, tile=tile, cluster=p_plan.cluster, min_gain_pct=10, parallel_fixup=parallel,
+                  split_k=p_plan.split_k)
+    ctas = p_plan.cluster * p_plan.split_k  # a cluster's CTAs
+    assert p_plan.grid_ctas == ctas * p.workers
+    piece = (p_plan.tile_m * p_plan.tile_n) // 2 // p_plan.split_k  # a consumer's part, or its CTA's piece of it
+    assert p_plan.workspace_bytes == workspace_bytes(p, cluster=ctas, slot_floats=piece)
     fn = v10._lib.gt_stream_k_units
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int32), ctypes.c_int]
     args = v10.args(*shape, num_sms=132)
@@ -100,7 +100,7 @@ def test_best_says_what_it_chose_and_why(v10):
     from gemmtrace.choose import choose
 
     c = choose((64, 8192, 4096), lib=v10)
-    assert c.kernel == "v10" and c.tile == registry.get("v10").tiles[c.variant - 1] and c.tile.endswith("/c1")
+    assert c.kernel == "v10" and c.tile == registry.get("v10").tiles[c.variant - 1] and "/c2" not in c.tile
     assert c.tile in c.reason and c.reason.endswith(".")
     big = choose((8192, 8192, 8192), lib=v10)
     assert big.tile == "128x256/c2" and not big.split

@@ -42,10 +42,11 @@ struct GtPlan {
   int32_t smem_bytes;
   int32_t tile_m, tile_n, tile_k;
   int32_t stages;
-  int32_t cluster;  // CTAs per cluster
+  int32_t cluster;  // CTAs per cluster along M (sharing B by multicast)
   int32_t tiles;    // output tiles
   int32_t variant;  // the build that runs (v10: 1 + its tile's index in the family); 0 for the others
   int64_t workspace_bytes;  // device memory the kernel needs in GtArgs::workspace (0: none)
+  int32_t split_k;  // CTAs of a cluster that split each tile's k-loop (v10's /kN tiles); 1 (or 0): none
 };
 
 namespace gemmtrace::host {

@@ -63,20 +63,31 @@ constexpr int kRecorderBytes = kRecorders * Recorder<true, kRecordRing>::kSmemBy
 // kStages pipeline stages. Consumer warpgroup cw computes a WM x WN part of the tile: rows
 // [cw * WM, ...) when BM >= 128, columns [cw * WN, ...) when BM = 64; as kRowGroups wgmma of
 // m64nWN per 16-wide k step.
-template <int BM_, int BN_, int kCluster_, int kStages_>
+// kSplitK > 1 (with kCluster = 1): a cluster of kSplitK CTAs computes one tile at a time, each CTA
+// a contiguous share of its k-loop, and the CTAs sum their accumulators through distributed shared
+// memory (the scheduler's fix-up, stream_k.cuh): CTA r ends up with piece r of each consumer's
+// part (float4s [r * kPieceFloat4s, ...) of a thread's accumulators) and stores it to C itself.
+// Those tiles need no panel buffers: their shared memory holds the pieces received instead.
+template <int BM_, int BN_, int kCluster_, int kStages_, int kSplitK_ = 1>
 struct Tile {
-  static constexpr int BM = BM_, BN = BN_, kCluster = kCluster_, kStages = kStages_;
+  static constexpr int BM = BM_, BN = BN_, kCluster = kCluster_, kStages = kStages_, kSplitK = kSplitK_;
+  static constexpr int kClusterCTAs = kCluster * kSplitK;  // the launch's cluster size
   static constexpr bool kSplitRows = BM >= 128;
   static constexpr int WM = kSplitRows ? BM / kConsumers : BM, WN = kSplitRows ? BN : BN / kConsumers;
   static constexpr int kRowGroups = WM / 64;
   static constexpr int kPanels = kRowGroups * (WN / 64);  // 64x64 panels of C per consumer
+  static constexpr int kAccFloat4s = kRowGroups * WN / 8;  // a consumer thread's accumulators, in float4s
+  static constexpr int kPieceFloat4s = kAccFloat4s / kSplitK;
   static constexpr int kTileBytesA = BM * BK * 2, kTileBytesB = BN * BK * 2;
   static constexpr int kHalfBytesB = kTileBytesB / kCluster;
   static constexpr int kStageBytes = kTileBytesA + kTileBytesB;
-  static constexpr int kPipelineBytes = 1024 + kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8;
+  static constexpr int kEpilogueRegionBytes = kSplitK > 1 ? 0 : kEpilogueBytes;
+  static constexpr int kPipelineBytes = 1024 + kStages * kStageBytes + kEpilogueRegionBytes + 2 * kStages * 8;
   static_assert(WM % 64 == 0 && WN % 64 == 0 && WN <= 256, "consumer parts are m64 row groups of n64..n256 wgmma");
   static_assert(BM <= 256 && BN / kCluster <= 256, "a TMA box has at most 256 rows");
-  static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two CTAs");
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two CTAs along M");
+  static_assert(kSplitK == 1 || (kCluster == 1 && kSplitK <= 8 && kAccFloat4s % kSplitK == 0),
+                "k split over 2..8 CTAs of a cluster (portable cluster sizes), without multicast, in equal pieces");
   __host__ __device__ static constexpr int row0(int cw) { return kSplitRows ? cw * WM : 0; }
   __host__ __device__ static constexpr int col0(int cw) { return kSplitRows ? 0 : cw * WN; }
 };
@@ -86,7 +97,11 @@ using Tile128x256 = Tile<128, 256, 2, 4>;  // v6-v9
 template <class T, class TileScheduler>
 constexpr int smem_bytes() { return T::kPipelineBytes + (TileScheduler::kSmemBytes + 15) / 16 * 16 + kRecorderBytes; }
 // What a bounded wait reports as its barrier (debug.cuh); kPartialFlag: a global flag (v9).
-enum BarrierId : uint32_t { kFullBarrier = 0, kEmptyBarrier = 1, kClaimedBarrier = 2, kReadBarrier = 3, kPartialFlag = 5 };
+// kExchangeFull/kExchangeFree: a k-split tile's pieces received, and read by the peers (stream_k.cuh).
+enum BarrierId : uint32_t {
+  kFullBarrier = 0, kEmptyBarrier = 1, kClaimedBarrier = 2, kReadBarrier = 3, kPartialFlag = 5,
+  kExchangeFull = 6, kExchangeFree = 7
+};
 
 template <class S, class = void>
 struct SplitsK : std::false_type {};
@@ -138,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   const uint32_t stage0 = (smem_addr(smem_raw) + 1023) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t epi0 = stage0 + kStages * T::kStageBytes;
-  const uint32_t full0 = epi0 + kEpilogueBytes, empty0 = full0 + kStages * 8, sched_smem = empty0 + kStages * 8;
+  const uint32_t full0 = epi0 + T::kEpilogueRegionBytes, empty0 = full0 + kStages * 8, sched_smem = empty0 + kStages * 8;
   auto smem_a = [&](int s) { return stage0 + s * T::kStageBytes; };
   auto smem_b = [&](int s) { return stage0 + s * T::kStageBytes + T::kTileBytesA; };
   auto full = [&](int s) { return full0 + s * 8; };
@@ -170,8 +185,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     make_scheduler().init_barriers();
     mbarrier_init_fence();
   }
-  // The peer's barriers are initialised before anyone multicasts or arrives on them.
-  if constexpr (kCluster > 1) cluster_sync_after_init();
+  // The peers' barriers are initialised before anyone multicasts, stores or arrives on them.
+  if constexpr (T::kClusterCTAs > 1) cluster_sync_after_init();
   else __syncthreads();
   t = rec.record(Tag::SETUP, t);
 
@@ -283,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
       int kb0 = 0, kb1 = num_kb;  // the k-blocks of this tile to compute: all, unless the scheduler splits K
       if constexpr (kSplitsK) sched.k_range(kb0, kb1);
-      const int nkb = kb1 - kb0;
+      const int nkb = kb1 - kb0;  // 0 only for a k-split tile's CTA whose share of a short unit is empty
       // One MMA span per unit, from its first wgmma issue to the retirement of its last k-block: the
       // k-loop itself records nothing (per-k-block spans, contiguous within a unit and so adding
       // nothing to the busy union, cost the 128x128 tiles 3 points at 4096^3), only the waits for
@@ -314,21 +329,34 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (kb > kb0) release((it - 1) % kStages);
         ++it;
       };
+      if (T::kSplitK > 1 && nkb == 0) {  // nothing to add: this CTA's share of the sum is zero
 #pragma unroll
-      for (int p = 0; p < T::kPanels; ++p)
-        if (p < nkb) kblock(kb0 + p, [&] { if (prev_m >= 0) store_panel(p); });
-      for (int kb = kb0 + T::kPanels; kb < kb1; ++kb) kblock(kb, [] {});
+        for (int g = 0; g < T::kRowGroups; ++g)
 #pragma unroll
-      for (int p = 0; p < T::kPanels; ++p)  // fewer k-blocks than panels: the rest of the previous epilogue
-        if (p >= nkb && prev_m >= 0) store_panel(p);
-      wgmma_wait<0>();
+          for (int j = 0; j < WN / 2; ++j) acc[g][j] = 0.0f;
+        t = rec.now();
+      } else {
 #pragma unroll
-      for (int g = 0; g < T::kRowGroups; ++g) fence_registers(acc[g]);
-      t = rec.now();  // the last k-block retired; the epilogue starts here
-      release((it - 1) % kStages);
-      rec.record_span(Tag::MMA, mma_start, t, tile, kb0);
-      rec.poll();
-      if constexpr (kSplitsK) {
+        for (int p = 0; p < T::kPanels; ++p)
+          if (p < nkb) kblock(kb0 + p, [&] { if (prev_m >= 0) store_panel(p); });
+        for (int kb = kb0 + T::kPanels; kb < kb1; ++kb) kblock(kb, [] {});
+#pragma unroll
+        for (int p = 0; p < T::kPanels; ++p)  // fewer k-blocks than panels: the rest of the previous epilogue
+          if (p >= nkb && prev_m >= 0) store_panel(p);
+        wgmma_wait<0>();
+#pragma unroll
+        for (int g = 0; g < T::kRowGroups; ++g) fence_registers(acc[g]);
+        t = rec.now();  // the last k-block retired; the epilogue starts here
+        release((it - 1) % kStages);
+        rec.record_span(Tag::MMA, mma_start, t, tile, kb0);
+        rec.poll();
+      }
+      if constexpr (T::kSplitK > 1) {
+        // A k-split tile: the fix-up sums the cluster's shares and stores this CTA's piece of C
+        // itself, so no panel is ever pending here.
+        sched.fixup(acc, rank, cw, tile, rec, wg_sync, t);
+        continue;
+      } else if constexpr (kSplitsK) {
         // The previous tile's panels are all stored by now, so nothing is pending when this unit
         // hands its share of the tile to another CTA instead of storing it.
         if (!sched.fixup(acc, rank, cw, tile, rec, wg_sync, t)) {
@@ -346,6 +374,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int p = 0; p < T::kPanels; ++p) store_panel(p);
     }
     if (issuer) tma_store_wait_read<0>();  // shared memory must outlive the stores' reads
+    // A k-split tile's peers arrive on this CTA's barriers after reading the pieces it sent them.
+    if constexpr (T::kSplitK > 1) sched.drain_exchange(cw);
   }
   rec.finish();
   // No cluster barrier on the way out: the producer lane stays until the peer's last writes into
@@ -356,11 +386,48 @@ template <class T>
 int grid_m_groups(const GtArgs* args) { return host::ceil_div(host::ceil_div(args->m, T::BM), T::kCluster); }
 template <class T>
 int grid_n(const GtArgs* args) { return host::ceil_div(args->n, T::BN); }
-// Clusters a launch may have: one CTA per SM (or args->max_ctas), grouped into clusters.
+// A kernel with no work, launched by nobody: the runtime's occupancy query below asks about it.
+__global__ void __launch_bounds__(kThreads, 1) cluster_probe() {}
+
+// Clusters of `ctas` CTAs (one CTA an SM) the current device holds at once, or `upper` where there
+// is no device to ask. A cluster must fit in one GPC, so from four CTAs on this is fewer than the
+// SMs over `ctas`: the H100 (132 SMs) holds 30 clusters of four (120 SMs) and 15 of eight. Asked
+// once per device and size.
+inline int resident_clusters(int ctas, int upper) {
+  if (ctas <= 2) return upper;  // every GPC has an even number of SMs
+  static int cached_device = -1, cached[17] = {};
+  int devices = 0, device = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0 || cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();  // no GPU here (the rule on the host alone): the bound
+    return upper;
+  }
+  if (device != cached_device) std::fill(cached, cached + 17, 0), cached_device = device;
+  if (ctas > 16) return upper;
+  if (cached[ctas] == 0) {
+    constexpr int kSmem = 200 * 1024;  // more than half an SM's: one CTA an SM, as the GEMMs
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    cfg.gridDim = dim3(ctas), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = kSmem;
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim = {unsigned(ctas), 1, 1};
+    cfg.attrs = attr, cfg.numAttrs = 1;
+    int fits = 0;
+    if (cudaFuncSetAttribute(cluster_probe, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) != cudaSuccess ||
+        cudaOccupancyMaxActiveClusters(&fits, cluster_probe, &cfg) != cudaSuccess || fits <= 0) {
+      (void)cudaGetLastError();
+      return upper;
+    }
+    cached[ctas] = fits;
+  }
+  return std::min(upper, cached[ctas]);
+}
+
+// Clusters a launch may have: one CTA per SM (or args->max_ctas), grouped into clusters, as many
+// as the device holds at once.
 template <class T>
 int max_clusters(const GtArgs* args) {
   const int sms = args->max_ctas > 0 ? args->max_ctas : (args->num_sms > 0 ? args->num_sms : 132);
-  return std::max(1, sms / T::kCluster);
+  return std::max(1, resident_clusters(T::kClusterCTAs, sms / T::kClusterCTAs));
 }
 
 // Shapes: any M, N >= 1 with N a multiple of 8 (TMA stores of C) and K a multiple of 8.
@@ -374,7 +441,7 @@ int plan(const GtArgs* args, GtPlan* p, char* err, int errlen) {
   const int clusters = std::max(1, std::min(units, max_clusters<T>(args)));
   const int num_kb = host::ceil_div(args->k, BK);
   *p = GtPlan{};
-  p->grid_ctas = clusters * T::kCluster;
+  p->grid_ctas = clusters * T::kClusterCTAs;
   p->regions_per_cta = 1 + kConsumers;
   // setup and a final claim; per tile: the producer's claim, its issue span and at most a stage wait
   // per k-block, or the consumer's MMA span, at most a data wait per k-block and the epilogue
@@ -385,6 +452,7 @@ int plan(const GtArgs* args, GtPlan* p, char* err, int errlen) {
   p->tile_m = T::BM, p->tile_n = T::BN, p->tile_k = BK;
   p->stages = T::kStages;
   p->cluster = T::kCluster;
+  p->split_k = T::kSplitK;
   p->tiles = units * T::kCluster;
   if constexpr (SplitsK<TileScheduler>::value) TileScheduler::plan(args, units, num_kb, max_clusters<T>(args), p);
   return 0;
@@ -410,7 +478,7 @@ cudaLaunchConfig_t launch_config(const GtPlan& p, cudaStream_t stream, cudaLaunc
   cfg.dynamicSmemBytes = p.smem_bytes;
   cfg.stream = stream;
   attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim = {unsigned(T::kCluster), 1, 1};
+  attr[0].val.clusterDim = {unsigned(T::kClusterCTAs), 1, 1};
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   return cfg;

@@ -44,6 +44,7 @@
 #pragma once
 #include <cmath>
 
+#include "gemmtrace/dsmem.cuh"
 #include "gemmtrace/flags.cuh"
 #include "gemmtrace/l2_hint.cuh"
 #include "persistent_gemm.cuh"
@@ -174,7 +175,7 @@ inline int slots_per_worker(const Partition& part) { return part.parallel ? 2 : 
 template <class T>
 int64_t flag_bytes(const Partition& part) {
   const int64_t ints = (int64_t(part.workers) * slots_per_worker(part) + (part.parallel ? part.units : 0)) *
-                       T::kCluster * kConsumers;
+                       T::kClusterCTAs * kConsumers;
   return host::ceil_div(ints * 4, 1024) * int64_t(1024);
 }
 
@@ -182,7 +183,7 @@ template <class T>
 int64_t workspace_bytes(const Partition& part) {
   if (!part.split()) return 0;
   return flag_bytes<T>(part) +
-         int64_t(part.workers) * slots_per_worker(part) * T::kCluster * kConsumers * T::WM * T::WN * 4;
+         int64_t(part.workers) * slots_per_worker(part) * T::kClusterCTAs * kConsumers * T::kPieceFloat4s * 128 * 16;
 }
 
 template <class T>
@@ -194,11 +195,20 @@ Partition partition_of(const GtArgs* args, int min_gain_pct, bool parallel_fixup
 
 template <class T, int kMinGainPct = 0, bool kParallelFixup = false>
 struct Scheduler {
-  static constexpr int kSlotFloats = T::WM * T::WN;  // one consumer warpgroup's fp32 partial
-  static constexpr int kSlotFloat4s = T::kRowGroups * T::WN / 8;  // of them per thread
+  static_assert(T::kSplitK == 1 || !kParallelFixup, "k-split tiles take the serial fix-up");
+  // One consumer warpgroup's fp32 partial (of a k-split tile: the piece its CTA sums, see Tile).
+  static constexpr int kSlotFloat4s = T::kPieceFloat4s;  // per thread
+  static constexpr int kSlotFloats = kSlotFloat4s * 128 * 4;
 
+  // A k-split tile's exchange in shared memory (16-byte aligned after the pipeline's barriers): per
+  // consumer warpgroup, the pieces its kSplitK - 1 peers send it (thread-major, as the workspace's
+  // slots), then per warpgroup a barrier the pieces complete (xfull) and one the peers arrive on
+  // once they have read what this CTA sent them (xfree).
+  static constexpr int kPeers = T::kSplitK - 1;
+  static constexpr int kPieceBytes = kSlotFloat4s * 128 * 16;
+  static constexpr int kExchangeBytes = kConsumers * kPeers * kPieceBytes;
   static constexpr bool kSplitsK = true;
-  static constexpr int kSmemBytes = 0;
+  static constexpr int kSmemBytes = T::kSplitK > 1 ? kExchangeBytes + 2 * kConsumers * 8 : 0;
   struct Params {
     const int32_t* order;  // the tile order (row order when null)
     Partition part;
@@ -211,6 +221,8 @@ struct Scheduler {
   Params p;
   int grid_n;
   Unit unit;  // the current unit (the cluster's index is re-read from %clusterid: one register less)
+  uint32_t smem;  // the exchange (k-split tiles)
+  int rounds = 0;  // exchanges this consumer warpgroup has made
 
   static int params(const GtArgs* args, Params* out, char* err, int errlen) {
     const Partition part = partition_of<T>(args, kMinGainPct, kParallelFixup);
@@ -237,6 +249,7 @@ struct Scheduler {
       int64_t n = 1;
       while (part.next(w, u)) {
         n += (u.kb_end - u.kb_begin) + 2;
+        if (T::kSplitK > 1) n += 3;  // the exchange: pieces sent, the wait for the peers', their sum
         if (part.parallel) n += 2;  // the wait for the other segments and the reduce
         else if (u.kb_begin == 0 && u.kb_end < part.num_kb) n += 2;  // the wait and the reduce
       }
@@ -247,15 +260,21 @@ struct Scheduler {
 
   static void plan(const GtArgs* args, int units, int num_kb, int clusters, GtPlan* p) {
     const Partition part = make_partition(units, num_kb, clusters, kMinGainPct, kParallelFixup);
-    p->grid_ctas = part.workers * T::kCluster;
+    p->grid_ctas = part.workers * T::kClusterCTAs;
     p->records_per_region = records_per_region(part);
     p->workspace_bytes = workspace_bytes<T>(part);
     (void)args;
   }
 
-  __device__ Scheduler(const Params& p_, int, int grid_n_, int, int, uint32_t)
-      : p(p_), grid_n(grid_n_), unit{-1, 0, 0} {}
-  __device__ void init_barriers() {}
+  __device__ Scheduler(const Params& p_, int, int grid_n_, int, int, uint32_t smem_)
+      : p(p_), grid_n(grid_n_), unit{-1, 0, 0}, smem(smem_) {}
+  __device__ uint32_t xbuf(int cw, int slot) const { return smem + (cw * kPeers + slot) * kPieceBytes; }
+  __device__ uint32_t xfull(int cw) const { return smem + kExchangeBytes + cw * 8; }
+  __device__ uint32_t xfree(int cw) const { return smem + kExchangeBytes + (kConsumers + cw) * 8; }
+  __device__ void init_barriers() {
+    if constexpr (T::kSplitK > 1)
+      for (int cw = 0; cw < kConsumers; ++cw) mbarrier_init(xfull(cw), 1), mbarrier_init(xfree(cw), kPeers);
+  }
   template <typename GroupSync>
   __device__ bool next_tile(bool, bool, uint32_t rank, GroupSync, int& m_block, int& n_block) {
     if (!p.part.next(int(cluster_index()), unit)) return false;
@@ -274,9 +293,19 @@ struct Scheduler {
   __device__ bool claims() const { return false; }
   __device__ int index() const { return unit.entry; }
   __device__ void on_exit(uint32_t) {}
-  __device__ void k_range(int& kb_begin, int& kb_end) const { kb_begin = unit.kb_begin, kb_end = unit.kb_end; }
+  // The current unit's k-blocks; for a k-split tile this CTA's contiguous share of them (CTA r of S:
+  // [b + n r / S, b + n (r + 1) / S), empty when the unit is shorter than S).
+  __device__ void k_range(int& kb_begin, int& kb_end) const {
+    kb_begin = unit.kb_begin, kb_end = unit.kb_end;
+    if constexpr (T::kSplitK > 1) {
+      const int n = unit.kb_end - unit.kb_begin, r = int(cluster_ctarank());
+      kb_begin = unit.kb_begin + n * r / T::kSplitK;
+      kb_end = unit.kb_begin + n * (r + 1) / T::kSplitK;
+    }
+  }
 
-  __device__ int slot_index(int w, uint32_t rank, int cw) const { return (w * T::kCluster + int(rank)) * kConsumers + cw; }
+  // The slot of CTA `cta` (its rank in the cluster) of cluster w, consumer cw.
+  __device__ int slot_index(int w, uint32_t cta, int cw) const { return (w * T::kClusterCTAs + int(cta)) * kConsumers + cw; }
 
   // L2 priorities for the partials (l2_hint.cuh). Where every tile is split, a partial is stored
   // early in a cluster's range and read at the end of another's, after mainloops that stream more
@@ -291,18 +320,27 @@ struct Scheduler {
     return p.part.dp_tiles == 0 ? l2_policy_evict_first() : l2_policy_evict_normal();
   }
 
-  // Store this warpgroup's partial to slot s and set the slot's flag. Thread-major layout: each
-  // store instruction of a warp writes 512 contiguous bytes, and thread tid of the reading
-  // warpgroup loads back exactly the elements it holds.
-  template <class Rec, class Sync>
-  __device__ void publish(const float (&acc)[T::kRowGroups][T::WN / 2], int s, uint32_t tile, Rec& rec, Sync wg_sync,
-                          uint32_t& t) {
+  // This thread's share of a consumer's accumulators as float4s: f4(i) points at float4 i.
+  struct AccF4 {
+    float (&acc)[T::kRowGroups][T::WN / 2];
+    __device__ float* operator()(int i) const { return &acc[i / (T::WN / 8)][4 * (i % (T::WN / 8))]; }
+  };
+  struct PieceF4 {
+    float4 (&piece)[kSlotFloat4s];
+    __device__ float* operator()(int i) const { return &piece[i].x; }
+  };
+
+  // Store this warpgroup's partial (f4(0 .. kSlotFloat4s - 1)) to slot s and set the slot's flag.
+  // Thread-major layout: each store instruction of a warp writes 512 contiguous bytes, and thread
+  // tid of the reading warpgroup loads back exactly the elements it holds.
+  template <class F4, class Rec, class Sync>
+  __device__ void publish(F4 f4, int s, uint32_t tile, Rec& rec, Sync wg_sync, uint32_t& t) {
     const int tid = threadIdx.x % 128;
     float4* slot = p.slots + size_t(s) * (kSlotFloats / 4) + tid;
     const uint64_t keep = partial_store_policy();
 #pragma unroll
     for (int i = 0; i < kSlotFloat4s; ++i) {
-      const float* a = &acc[i / (T::WN / 8)][4 * (i % (T::WN / 8))];
+      const float* a = f4(i);
       st_cg_hint(slot + i * 128, make_float4(a[0], a[1], a[2], a[3]), keep);
     }
     wg_sync();  // every thread's stores, before thread 0's release
@@ -312,13 +350,35 @@ struct Scheduler {
 
   // After the unit's last k-block has retired (wgmma.wait_group 0): a whole tile needs nothing; a
   // unit past the tile's k-block 0 publishes its partial; the unit with k-block 0 adds the others'.
+  // A k-split tile first sums its cluster's shares (exchange), then does the same with its piece,
+  // and stores the piece to C itself (it always returns false).
   template <class Rec, class Sync>
   __device__ bool fixup(float (&acc)[T::kRowGroups][T::WN / 2], uint32_t rank, int cw, uint32_t tile, Rec& rec, Sync wg_sync, uint32_t& t) {
-    if (unit.kb_begin == 0 && unit.kb_end == p.part.num_kb) return true;
-    if (kParallelFixup && p.part.parallel) return fixup_parallel(acc, rank, cw, tile, rec, wg_sync, t);
+    const bool whole = unit.kb_begin == 0 && unit.kb_end == p.part.num_kb;
+    if constexpr (T::kSplitK > 1) {
+      float4 piece[kSlotFloat4s];
+      exchange(acc, piece, cw, tile, rec, wg_sync, t);
+      if (!whole && !fixup_serial(PieceF4{piece}, cluster_ctarank(), cw, tile, rec, wg_sync, t)) return false;
+      int m_block, n_block;
+      coords(rank, m_block, n_block);
+      store_piece(piece, m_block, n_block, cw);
+      t = rec.record(Tag::EPILOGUE, t, tile);
+      rec.poll();
+      return false;
+    } else {
+      if (whole) return true;
+      if (kParallelFixup && p.part.parallel) return fixup_parallel(acc, rank, cw, tile, rec, wg_sync, t);
+      return fixup_serial(AccF4{acc}, rank, cw, tile, rec, wg_sync, t);
+    }
+  }
+
+  // The serial fix-up of a split tile's unit, on this thread's share f4 of CTA `cta`'s partial:
+  // false when the unit published it, true when it ends the tile (f4 then holds the whole sum).
+  template <class F4, class Rec, class Sync>
+  __device__ bool fixup_serial(F4 f4, uint32_t cta, int cw, uint32_t tile, Rec& rec, Sync wg_sync, uint32_t& t) {
     const int tid = threadIdx.x % 128, worker = int(cluster_index());
     if (unit.kb_begin > 0) {
-      publish(acc, slot_index(worker, rank, cw), tile, rec, wg_sync, t);
+      publish(f4, slot_index(worker, cta, cw), tile, rec, wg_sync, t);
       return false;
     }
     // k-block 0 of a split tile: this unit ends this cluster's range, so every other segment
@@ -328,7 +388,7 @@ struct Scheduler {
     const int last = p.part.last_partner(unit.entry);
     const int tile_g0 = (unit.entry - p.part.dp_tiles) * p.part.num_kb;
     for (int j = tid; j < last - worker; j += 128) {
-      int32_t* flag = p.flags + slot_index(worker + 1 + j, rank, cw);
+      int32_t* flag = p.flags + slot_index(worker + 1 + j, cta, cw);
       flag_wait(flag, 1, WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile,
                                   uint32_t(p.part.sk_begin(worker + 1 + j) - tile_g0)});
       flag_store_relaxed(flag, 0);  // consumed: the next launch finds it clear
@@ -345,11 +405,11 @@ struct Scheduler {
       // A bar.sync per partial: in this shape ptxas allocates the loop without spilling in the
       // profiled 128x256 and 64-row builds, which spilled 20 to 36 bytes without it.
       wg_sync();
-      const float4* slot = p.slots + size_t(slot_index(w, rank, cw)) * (kSlotFloats / 4) + tid;
+      const float4* slot = p.slots + size_t(slot_index(w, cta, cw)) * (kSlotFloats / 4) + tid;
 #pragma unroll
       for (int i = 0; i < kSlotFloat4s; ++i) {
         const float4 v = ld_cg_hint(slot + i * 128, dead);
-        float* a = &acc[i / (T::WN / 8)][4 * (i % (T::WN / 8))];
+        float* a = f4(i);
         a[0] += v.x, a[1] += v.y, a[2] += v.z, a[3] += v.w;
       }
     }
@@ -357,6 +417,89 @@ struct Scheduler {
     t = rec.record(Tag::REDUCE, wait_end, tile, first_kb);
     rec.poll();
     return true;
+  }
+
+  // A k-split tile (T::kSplitK CTAs a cluster, one share of the k-loop each): the CTAs sum their
+  // accumulators through distributed shared memory. CTA r sends piece q of its accumulators (float4s
+  // [q P, (q + 1) P) of each thread's, P = kSlotFloat4s) to CTA q for every q != r, by st.async into
+  // q's exchange buffer, completing on q's xfull barrier; then it adds the pieces it received to its
+  // own piece r, in rank order (the same additions every run), into `piece`. Before sending it waits
+  // until every peer has read what it sent last time (xfree); after reading it tells each peer so.
+  // The loops run over every piece index q with a runtime test against this CTA's rank, so that the
+  // accumulators are only ever indexed by constants (registers, not local memory).
+  template <class Rec, class Sync>
+  __device__ void exchange(float (&acc)[T::kRowGroups][T::WN / 2], float4 (&piece)[kSlotFloat4s], int cw, uint32_t tile,
+                           Rec& rec, Sync wg_sync, uint32_t& t) {
+    const int tid = threadIdx.x % 128;
+    const uint32_t me = cluster_ctarank();
+    const AccF4 f4{acc};
+    if (tid == 0) mbarrier_arrive_expect_tx(xfull(cw), kPeers * kPieceBytes);
+    const uint32_t parity = rounds & 1;
+    mbarrier_wait<true>(xfree(cw), parity ^ 1, WaitSite{uint32_t(Role::CONSUMER), persistent::kExchangeFree, tile, uint32_t(unit.kb_begin)});
+#pragma unroll
+    for (int q = 0; q < T::kSplitK; ++q) {
+      if (uint32_t(q) == me) continue;
+      const int slot = int(me) < q ? int(me) : int(me) - 1;  // this CTA's place among q's peers
+      const uint32_t dst = peer_smem_addr(xbuf(cw, slot) + tid * 16, uint32_t(q));
+      const uint32_t bar = peer_smem_addr(xfull(cw), uint32_t(q));
+#pragma unroll
+      for (int i = 0; i < kSlotFloat4s; ++i) {
+        const float* a = f4(q * kSlotFloat4s + i);
+        st_async_f32x4(dst + i * 128 * 16, a[0], a[1], a[2], a[3], bar);
+      }
+    }
+    t = rec.record(Tag::PARTIAL_STORE, t, tile, uint32_t(unit.kb_begin));
+    mbarrier_wait<true>(xfull(cw), parity, WaitSite{uint32_t(Role::CONSUMER), persistent::kExchangeFull, tile, uint32_t(unit.kb_begin)});
+    t = rec.record(Tag::WAIT_PARTIAL, t, tile, uint32_t(unit.kb_begin));
+#pragma unroll
+    for (int q = 0; q < T::kSplitK; ++q) {
+      if (uint32_t(q) != me) continue;
+#pragma unroll
+      for (int i = 0; i < kSlotFloat4s; ++i) {
+        float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int r = 0; r < T::kSplitK; ++r) {
+          const float* a = f4(q * kSlotFloat4s + i);
+          const float4 v = r == q ? make_float4(a[0], a[1], a[2], a[3])
+                                  : ld_shared_f32x4(xbuf(cw, r < q ? r : r - 1) + (i * 128 + tid) * 16);
+          if (r == 0) s = v;
+          else s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+        }
+        piece[i] = s;
+      }
+    }
+    wg_sync();  // every thread has read the pieces, before thread 0 frees the buffer
+    if (tid == 0)
+      for (int q = 0; q < T::kSplitK; ++q)
+        if (uint32_t(q) != me) mbarrier_arrive_release_cluster(xfree(cw), uint32_t(q));
+    ++rounds;
+    t = rec.record(Tag::REDUCE, t, tile, uint32_t(unit.kb_begin));
+    rec.poll();
+  }
+
+  // Before a k-split tile's consumer warpgroup leaves: its peers arrive on its xfree barrier after
+  // reading its last pieces, so its shared memory must outlive that. Unbounded in debug builds too,
+  // as the producer's drain (persistent_gemm.cuh): it outlasts a bounded wait only when a peer is
+  // stuck in one, whose report names the cause.
+  __device__ void drain_exchange(int cw) const {
+    if (rounds > 0) mbarrier_wait_unbounded(xfree(cw), (rounds & 1) ^ 1);
+  }
+
+  // Piece `me` of this consumer's part of tile (m_block, n_block), summed, to C as bf16. Float4 f
+  // of a thread holds its accumulators 4j..4j+3 of row group g: columns 8j + 2 (lane % 4) + {0, 1}
+  // of row 16 warp + lane / 4 (x, y) and of the row 8 below (z, w), in the wgmma D layout.
+  __device__ void store_piece(const float4 (&piece)[kSlotFloat4s], int m_block, int n_block, int cw) const {
+    const int tid = threadIdx.x % 128, me = int(cluster_ctarank());
+#pragma unroll
+    for (int i = 0; i < kSlotFloat4s; ++i) {
+      const int f = me * kSlotFloat4s + i, g = f / (T::WN / 8), j = f % (T::WN / 8);
+      const int row = m_block * T::BM + T::row0(cw) + g * 64 + (tid / 32) * 16 + (tid % 32) / 4;
+      const int col = n_block * T::BN + T::col0(cw) + j * 8 + (tid % 4) * 2;
+      if (col >= p.n) continue;  // N is a multiple of 8: both columns or neither
+      if (row < p.m) *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row) * p.n + col) = __floats2bfloat162_rn(piece[i].x, piece[i].y);
+      if (row + 8 < p.m)
+        *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row + 8) * p.n + col) = __floats2bfloat162_rn(piece[i].z, piece[i].w);
+    }
   }
 
   // The parallel fix-up (few tiles, every tile split over all clusters; a cluster's range then
@@ -371,14 +514,14 @@ struct Scheduler {
     // Cluster w keeps its partial of tile `entry` in its first slot, or in its second when its range
     // began in the tile before.
     const int second = p.part.sk_begin(w) < entry * p.part.num_kb ? 1 : 0;
-    return ((w * 2 + second) * T::kCluster + int(rank)) * kConsumers + cw;
+    return ((w * 2 + second) * T::kClusterCTAs + int(rank)) * kConsumers + cw;
   }
 
   template <class Rec, class Sync>
   __device__ bool fixup_parallel(float (&acc)[T::kRowGroups][T::WN / 2], uint32_t rank, int cw, uint32_t tile, Rec& rec,
                                  Sync wg_sync, uint32_t& t) {
     const int worker = int(cluster_index());
-    publish(acc, slot_of(worker, unit.entry, rank, cw), tile, rec, wg_sync, t);
+    publish(AccF4{acc}, slot_of(worker, unit.entry, rank, cw), tile, rec, wg_sync, t);
     if (unit.entry * p.part.num_kb + unit.kb_end < p.part.sk_begin(worker + 1)) return false;  // more units follow
 #pragma unroll 1
     for (int e = p.part.sk_begin(worker) / p.part.num_kb; e <= unit.entry; ++e) reduce_slice(e, rank, cw, rec, wg_sync, t);
@@ -416,8 +559,8 @@ struct Scheduler {
     // fixed stride apart.
     const float2* first_slot = reinterpret_cast<const float2*>(p.slots + size_t(slot_of(first, entry, rank, cw)) * (kSlotFloats / 4));
     const float2* next_slots = reinterpret_cast<const float2*>(
-        p.slots + size_t(((first + 1) * 2 * T::kCluster + int(rank)) * kConsumers + cw) * (kSlotFloats / 4));
-    constexpr size_t kStride = size_t(2) * T::kCluster * kConsumers * (kSlotFloats / 4) * 2;  // in float2s
+        p.slots + size_t(((first + 1) * 2 * T::kClusterCTAs + int(rank)) * kConsumers + cw) * (kSlotFloats / 4));
+    constexpr size_t kStride = size_t(2) * T::kClusterCTAs * kConsumers * (kSlotFloats / 4) * 2;  // in float2s
     const uint64_t dead = partial_load_policy();
 #pragma unroll 1
     for (int e = seg * F2 / segments + tid; e < (seg + 1) * F2 / segments; e += 128) {
@@ -445,8 +588,8 @@ struct Scheduler {
     t = rec.record(Tag::REDUCE, t, tile, my_kb);
     wg_sync();  // every thread's loads, before thread 0 says this warpgroup is done reading
     if (tid == 0) {
-      int32_t* count = p.flags + size_t(p.part.workers) * 2 * T::kCluster * kConsumers +
-                       (entry * T::kCluster + int(rank)) * kConsumers + cw;
+      int32_t* count = p.flags + size_t(p.part.workers) * 2 * T::kClusterCTAs * kConsumers +
+                       (entry * T::kClusterCTAs + int(rank)) * kConsumers + cw;
       if (flag_add_acq_rel(count, 1) == segments - 1) {  // everyone has read: clear for the next launch
         for (int w = first; w <= last; ++w) flag_store_relaxed(p.flags + slot_of(w, entry, rank, cw), 0);
         flag_store_relaxed(count, 0);
@@ -473,10 +616,10 @@ int check_resident(const GtArgs* args, const GtPlan& plan, char* err, int errlen
                          errlen))
       return 1;
   }
-  if (plan.grid_ctas / T::kCluster > fits)
+  if (plan.grid_ctas / T::kClusterCTAs > fits)
     return host::fail(err, errlen,
                       "stream-K needs all %d clusters resident at once and this device holds %d: set max_ctas to %d or fewer",
-                      plan.grid_ctas / T::kCluster, fits, fits * T::kCluster);
+                      plan.grid_ctas / T::kClusterCTAs, fits, fits * T::kClusterCTAs);
   return 0;
 }
 

@@ -33,7 +33,8 @@ using T3 = Tile<128, 128, 2, 6>;  // half the area: twice the tiles where they a
 using T4 = Tile<128, 128, 1, 6>;  // no cluster: a lone row of tiles (M <= 128) uses every SM
 using T5 = Tile<64, 256, 1, 4>;   // M <= 64: no empty half-tile computed
 using T6 = Tile<64, 128, 1, 7>;   // a quarter of the area: one wave of whole tiles where N = 128 or the grid is small
-constexpr int kFamily = 7;
+using T7 = Tile<128, 128, 1, 5, 2>;  // k split over a cluster of two: two SMs a tile where a wave of tiles has a long K
+constexpr int kFamily = 8;
 
 // Throughput of each tile relative to 128x256 in clusters of two, measured on the H100 with every
 // tile forced at 8192x8192x8192, whole tiles: 128x256/c2 758, 256x128/c2 712, 128x128/c2 559,
@@ -42,7 +43,7 @@ constexpr int kFamily = 7;
 // (bench/results/20261123-h100-v10-tile-matrix.json). The
 // 64-row and 128-wide tiles are slower per flop: each k16 step reads its A and B from shared memory
 // for a narrower wgmma, so shared-memory bandwidth, not the tensor cores, sets their pace.
-constexpr double kThroughput[kFamily] = {1.00, 0.94, 0.95, 0.74, 0.68, 0.62, 0.45};
+constexpr double kThroughput[kFamily] = {1.00, 0.94, 0.95, 0.74, 0.68, 0.62, 0.45, 0.60};
 
 // A split k-block costs this many whole ones. Split ranges start at different k offsets on
 // different clusters, so the tiles in flight stop sharing their A and B panels in L2 and read them
@@ -62,13 +63,13 @@ constexpr int kMinSplitGainPct = 10;
 // added up by one CTA: for the tiles whose consumers hold 64 accumulators a thread. With 128
 // (128x256, 256x128) the profiled build spills with it, and those tiles keep v9's fix-up.
 template <class T>
-constexpr bool kParallelFixup = T::kRowGroups * T::WN / 2 <= 64;
+constexpr bool kParallelFixup = T::kRowGroups * T::WN / 2 <= 64 && T::kSplitK == 1;
 template <class T>
 using Sched = stream_k::Scheduler<T, kMinSplitGainPct, kParallelFixup<T>>;
 
 template <class T>
 void describe(int32_t* out) {
-  out[0] = T::BM, out[1] = T::BN, out[2] = T::kCluster, out[3] = T::kStages;
+  out[0] = T::BM, out[1] = T::BN, out[2] = T::kCluster, out[3] = T::kStages, out[4] = T::kSplitK;
 }
 
 // Calls f(T{}) for tile i of the family.
@@ -81,14 +82,22 @@ auto with_tile(int i, F&& f) {
     case 3: return f(T3{});
     case 4: return f(T4{});
     case 5: return f(T5{});
-    default: return f(T6{});
+    case 6: return f(T6{});
+    default: return f(T7{});
   }
 }
 
 // The time of one k-block of tile T (tile i of the family), in 128x256 k-block times: its area
 // relative to 128x256 over its throughput relative to 128x256.
 template <class T>
-constexpr double kblock_time(int i) { return double(T::BM) * T::BN / (128.0 * 256.0) / kThroughput[i]; }
+constexpr double kblock_time(int i) { return double(T::BM) * T::BN / (128.0 * 256.0) / kThroughput[i] / T::kSplitK; }
+
+// A k-split tile's exchange (its two CTAs' sums through distributed shared memory) and its piece
+// stored from registers, per tile a cluster runs, in 128x256 k-block times: about 2.6 us in v10's
+// trace at 512x1024x8192 (send 0.9, wait 0.35, add 0.25, store 1.2), some 3.5 k-blocks; 3 with 0.60
+// as the tile's throughput fitted best over the 16 shapes where the rule without it chose 128x128/k2
+// (bench/NOTES.md).
+constexpr double kExchangeKBlocks = 3.0;
 
 // The rule's cost of tile i: the busiest cluster's k-blocks, in 128x256 k-block times.
 double tile_cost(const GtArgs* args, int i) {
@@ -97,9 +106,10 @@ double tile_cost(const GtArgs* args, int i) {
     const stream_k::Partition part = stream_k::partition_of<T>(args, kMinSplitGainPct, kParallelFixup<T>);
     const double per_kblock = kblock_time<T>(i);
     const int64_t busiest = part.busiest_kblocks();
-    if (!part.split()) return double(busiest) * per_kblock;
+    const double exchanges = T::kSplitK > 1 ? kExchangeKBlocks * double((part.units + part.workers - 1) / part.workers) : 0.0;
+    if (!part.split()) return double(busiest) * per_kblock + exchanges;
     const int64_t whole = part.whole_kblocks();
-    if (!part.parallel) return (double(whole) + kSplitKBlockCost * double(busiest - whole)) * per_kblock;
+    if (!part.parallel) return (double(whole) + kSplitKBlockCost * double(busiest - whole)) * per_kblock + exchanges;
     // The parallel fix-up is a store, a wait and a round of reads: its time does not shrink with the
     // tile, so it costs what it was measured to cost on 128x128/c2 (stream_k.cuh), whatever the tile.
     constexpr double kParallelFixupCost = stream_k::kParallelFixupKBlocks * kblock_time<T3>(3);
@@ -136,11 +146,11 @@ extern "C" int gt_launch(const GtArgs* args, char* err, int errlen) {
 }
 
 // The family and the rule's costs, for the Python side (`gemmtrace list`, `--kernel best`, tests):
-// tile i as (BM, BN, cluster, stages) in out[4 i ...], and its cost for this shape in costs[i]
+// tile i as (BM, BN, cluster, stages, k split) in out[5 i ...], and its cost for this shape in costs[i]
 // (costs may be null). Returns the family's size.
 extern "C" int gt_tile_family(const GtArgs* args, int32_t* out, double* costs) {
   for (int i = 0; i < kFamily; ++i) {
-    with_tile(i, [&](auto t) { describe<decltype(t)>(out + 4 * i); return 0; });
+    with_tile(i, [&](auto t) { describe<decltype(t)>(out + 5 * i); return 0; });
     if (costs) costs[i] = args ? tile_cost(args, i) : 0.0;
   }
   return kFamily;
