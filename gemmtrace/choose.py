@@ -28,7 +28,7 @@ class Choice:
     scheduler: str
     variant: int  # the kernel's tile (1-based) for kernels with a family, else 0
     order: str  # tile order
-    tile: str  # "BMxBN/cN"
+    tile: str  # "BMxBN/cN" or "BMxBN/kN" (tile_name)
     split: bool  # stream-K splits some tiles' k-loops
     reason: str  # one sentence
 

@@ -38,7 +38,8 @@ class KernelSpec:
     # unit (a tile or a stream-K segment), with a wait span per k-block where a wait outlasted
     # mbarrier.try_wait's own suspension; per-k-block records cost the 128x128 tiles up to 14 %.
     kblock_spans: bool = True
-    # A family of tiles compiled into one library (v10), as "BMxBN/cN" (N CTAs a cluster), in the
+    # A family of tiles compiled into one library (v10), as "BMxBN/cN" (N CTAs a cluster along M) or
+    # "BMxBN/kN" (N CTAs a cluster splitting each tile's k-loop), in the
     # library's order; `tile`, `stages` and `cluster` then describe the first, the rule's choice on
     # large shapes. Empty: one tile.
     tiles: tuple[str, ...] = ()
@@ -179,7 +180,7 @@ KERNELS: dict[str, KernelSpec] = {
             arch="sm90a",
             idea=(
                 "the tile shape chosen per problem from a family compiled once (128x256, 256x128, 128x192, 128x128, 64x256, 64x128; "
-                "clusters of one or two), with v9's stream-K where it pays"
+                "clusters of one or two along M, or of two splitting K and summing in shared memory), with v9's stream-K where it pays"
             ),
             tile=(128, 256, 64),
             stages=4,
@@ -196,8 +197,9 @@ KERNELS: dict[str, KernelSpec] = {
                 "rest split only where that promises at least 10 % fewer k-blocks on the busiest cluster) and take "
                 "the k-blocks of the busiest cluster, counting 2 per partial tile it moves and every split k-block "
                 "2 times (split ranges stop sharing operands in L2); multiply by the tile's area over 128x256 and "
-                "divide by its measured throughput relative to 128x256; add the parallel fix-up, where every tile is "
-                "cut over all clusters and that is cheaper, as the fixed time it takes; the smallest cost wins, and a tile "
+                "divide by its measured throughput relative to 128x256 (and by 2 for 128x128/k2, whose two CTAs share "
+                "each k-loop); add the parallel fix-up, where every tile is cut over all clusters and that is cheaper, as "
+                "the fixed time it takes, and 3 k-block times a tile for 128x128/k2's exchange; the smallest cost wins, and a tile "
                 "within 2 % of an earlier one in the list loses to it (docs/kernels.md)"
             ),
         ),
