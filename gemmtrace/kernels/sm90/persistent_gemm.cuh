@@ -329,24 +329,21 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (kb > kb0) release((it - 1) % kStages);
         ++it;
       };
-      if (T::kSplitK > 1 && nkb == 0) {  // nothing to add: this CTA's share of the sum is zero
 #pragma unroll
-        for (int g = 0; g < T::kRowGroups; ++g)
+      for (int p = 0; p < T::kPanels; ++p)
+        if (p < nkb) kblock(kb0 + p, [&] { if (prev_m >= 0) store_panel(p); });
+      for (int kb = kb0 + T::kPanels; kb < kb1; ++kb) kblock(kb, [] {});
 #pragma unroll
-          for (int j = 0; j < WN / 2; ++j) acc[g][j] = 0.0f;
-        t = rec.now();
-      } else {
+      for (int p = 0; p < T::kPanels; ++p)  // fewer k-blocks than panels: the rest of the previous epilogue
+        if (p >= nkb && prev_m >= 0) store_panel(p);
+      wgmma_wait<0>();
 #pragma unroll
-        for (int p = 0; p < T::kPanels; ++p)
-          if (p < nkb) kblock(kb0 + p, [&] { if (prev_m >= 0) store_panel(p); });
-        for (int kb = kb0 + T::kPanels; kb < kb1; ++kb) kblock(kb, [] {});
-#pragma unroll
-        for (int p = 0; p < T::kPanels; ++p)  // fewer k-blocks than panels: the rest of the previous epilogue
-          if (p >= nkb && prev_m >= 0) store_panel(p);
-        wgmma_wait<0>();
-#pragma unroll
-        for (int g = 0; g < T::kRowGroups; ++g) fence_registers(acc[g]);
-        t = rec.now();  // the last k-block retired; the epilogue starts here
+      for (int g = 0; g < T::kRowGroups; ++g) fence_registers(acc[g]);
+      t = rec.now();  // the last k-block retired; the epilogue starts here
+      // (A k-split tile's CTA whose share is empty issued nothing: its fix-up counts its share as
+      // zero instead of writing zeros into the accumulators, which would make ptxas serialize every
+      // wgmma of the kernel.)
+      if (T::kSplitK == 1 || nkb > 0) {
         release((it - 1) % kStages);
         rec.record_span(Tag::MMA, mma_start, t, tile, kb0);
         rec.poll();
@@ -354,20 +351,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (T::kSplitK > 1) {
         // A k-split tile: the fix-up sums the cluster's shares and stores this CTA's piece of C
         // itself, so no panel is ever pending here.
-        sched.fixup(acc, rank, cw, tile, rec, wg_sync, t);
-        continue;
-      } else if constexpr (kSplitsK) {
-        // The previous tile's panels are all stored by now, so nothing is pending when this unit
-        // hands its share of the tile to another CTA instead of storing it.
-        if (!sched.fixup(acc, rank, cw, tile, rec, wg_sync, t)) {
-          prev_m = -1;
-          continue;
+        sched.fixup(acc, nkb == 0, rank, cw, tile, rec, wg_sync, t);
+      } else {
+        if constexpr (kSplitsK) {
+          // The previous tile's panels are all stored by now, so nothing is pending when this unit
+          // hands its share of the tile to another CTA instead of storing it.
+          if (!sched.fixup(acc, false, rank, cw, tile, rec, wg_sync, t)) {
+            prev_m = -1;
+            continue;
+          }
+          sched.coords(rank, m_block, n_block);  // recomputed rather than held through the mainloop
         }
-        sched.coords(rank, m_block, n_block);  // recomputed rather than held through the mainloop
-      }
 #pragma unroll
-      for (int g = 0; g < T::kRowGroups; ++g) pack_fragment_bf16<WN>(acc[g], packed[g]);
-      prev_m = m_block, prev_n = n_block, epi_start = t;
+        for (int g = 0; g < T::kRowGroups; ++g) pack_fragment_bf16<WN>(acc[g], packed[g]);
+        prev_m = m_block, prev_n = n_block, epi_start = t;
+      }
     }
     if (prev_m >= 0) {  // the last tile's epilogue has no mainloop to hide under
 #pragma unroll

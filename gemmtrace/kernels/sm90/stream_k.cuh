@@ -352,12 +352,14 @@ struct Scheduler {
   // unit past the tile's k-block 0 publishes its partial; the unit with k-block 0 adds the others'.
   // A k-split tile first sums its cluster's shares (exchange), then does the same with its piece,
   // and stores the piece to C itself (it always returns false).
+  // (k-split tiles) empty: this CTA computed nothing of the unit, its accumulators count as zero.
   template <class Rec, class Sync>
-  __device__ bool fixup(float (&acc)[T::kRowGroups][T::WN / 2], uint32_t rank, int cw, uint32_t tile, Rec& rec, Sync wg_sync, uint32_t& t) {
+  __device__ bool fixup(float (&acc)[T::kRowGroups][T::WN / 2], bool empty, uint32_t rank, int cw, uint32_t tile, Rec& rec,
+                        Sync wg_sync, uint32_t& t) {
     const bool whole = unit.kb_begin == 0 && unit.kb_end == p.part.num_kb;
     if constexpr (T::kSplitK > 1) {
       float4 piece[kSlotFloat4s];
-      exchange(acc, piece, cw, tile, rec, wg_sync, t);
+      exchange(acc, empty, piece, cw, tile, rec, wg_sync, t);
       if (!whole && !fixup_serial(PieceF4{piece}, cluster_ctarank(), cw, tile, rec, wg_sync, t)) return false;
       int m_block, n_block;
       coords(rank, m_block, n_block);
@@ -428,8 +430,8 @@ struct Scheduler {
   // The loops run over every piece index q with a runtime test against this CTA's rank, so that the
   // accumulators are only ever indexed by constants (registers, not local memory).
   template <class Rec, class Sync>
-  __device__ void exchange(float (&acc)[T::kRowGroups][T::WN / 2], float4 (&piece)[kSlotFloat4s], int cw, uint32_t tile,
-                           Rec& rec, Sync wg_sync, uint32_t& t) {
+  __device__ void exchange(float (&acc)[T::kRowGroups][T::WN / 2], bool empty, float4 (&piece)[kSlotFloat4s], int cw,
+                           uint32_t tile, Rec& rec, Sync wg_sync, uint32_t& t) {
     const int tid = threadIdx.x % 128;
     const uint32_t me = cluster_ctarank();
     const AccF4 f4{acc};
@@ -445,7 +447,8 @@ struct Scheduler {
 #pragma unroll
       for (int i = 0; i < kSlotFloat4s; ++i) {
         const float* a = f4(q * kSlotFloat4s + i);
-        st_async_f32x4(dst + i * 128 * 16, a[0], a[1], a[2], a[3], bar);
+        if (empty) st_async_f32x4(dst + i * 128 * 16, 0.f, 0.f, 0.f, 0.f, bar);
+        else st_async_f32x4(dst + i * 128 * 16, a[0], a[1], a[2], a[3], bar);
       }
     }
     t = rec.record(Tag::PARTIAL_STORE, t, tile, uint32_t(unit.kb_begin));
@@ -460,8 +463,8 @@ struct Scheduler {
 #pragma unroll
         for (int r = 0; r < T::kSplitK; ++r) {
           const float* a = f4(q * kSlotFloat4s + i);
-          const float4 v = r == q ? make_float4(a[0], a[1], a[2], a[3])
-                                  : ld_shared_f32x4(xbuf(cw, r < q ? r : r - 1) + (i * 128 + tid) * 16);
+          const float4 v = r != q ? ld_shared_f32x4(xbuf(cw, r < q ? r : r - 1) + (i * 128 + tid) * 16)
+                           : empty ? make_float4(0.f, 0.f, 0.f, 0.f) : make_float4(a[0], a[1], a[2], a[3]);
           if (r == 0) s = v;
           else s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
         }
