@@ -127,8 +127,7 @@ def for_shape(m: int, n: int, k: int, sms: int = 132, tile: tuple[int, int, int]
               cluster: int = 2, min_gain_pct: int = 0, parallel_fixup: bool = False, split_k: int = 1) -> Partition:
     """The partition v9 (or v10, with its tile and min_gain_pct=10) uses for an (M, N, K) GEMM on
     `sms` SMs (or a max_ctas cap). split_k: CTAs a cluster splitting each unit's k-loop (v10's /kN
-    tiles), so clusters of cluster * split_k CTAs. (With a GPU, clusters of four or more are capped
-    at what the device holds at once, which this does not know.)"""
+    tiles), so clusters of cluster * split_k CTAs."""
     bm, bn, bk = tile
     units = math.ceil(math.ceil(m / bm) / cluster) * math.ceil(n / bn)
     return partition(units, math.ceil(k / bk), max(1, sms // (cluster * split_k)), min_gain_pct, parallel_fixup)

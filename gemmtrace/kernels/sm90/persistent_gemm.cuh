@@ -86,8 +86,11 @@ struct Tile {
   static_assert(WM % 64 == 0 && WN % 64 == 0 && WN <= 256, "consumer parts are m64 row groups of n64..n256 wgmma");
   static_assert(BM <= 256 && BN / kCluster <= 256, "a TMA box has at most 256 rows");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two CTAs along M");
-  static_assert(kSplitK == 1 || (kCluster == 1 && kSplitK <= 8 && kAccFloat4s % kSplitK == 0),
-                "k split over 2..8 CTAs of a cluster (portable cluster sizes), without multicast, in equal pieces");
+  // Clusters of four or more would need grids sized by what the device holds at once, not by SMs
+  // over the cluster size: a cluster must fit in one GPC, and the H100 holds 30 clusters of four
+  // (120 of its 132 SMs). Measured slower anyway and dropped (bench/NOTES.md).
+  static_assert(kSplitK == 1 || (kCluster == 1 && kSplitK == 2 && kAccFloat4s % kSplitK == 0),
+                "k split over the two CTAs of a cluster, without multicast, in equal pieces");
   __host__ __device__ static constexpr int row0(int cw) { return kSplitRows ? cw * WM : 0; }
   __host__ __device__ static constexpr int col0(int cw) { return kSplitRows ? 0 : cw * WN; }
 };
@@ -384,48 +387,12 @@ template <class T>
 int grid_m_groups(const GtArgs* args) { return host::ceil_div(host::ceil_div(args->m, T::BM), T::kCluster); }
 template <class T>
 int grid_n(const GtArgs* args) { return host::ceil_div(args->n, T::BN); }
-// A kernel with no work, launched by nobody: the runtime's occupancy query below asks about it.
-__global__ void __launch_bounds__(kThreads, 1) cluster_probe() {}
-
-// Clusters of `ctas` CTAs (one CTA an SM) the current device holds at once, or `upper` where there
-// is no device to ask. A cluster must fit in one GPC, so from four CTAs on this is fewer than the
-// SMs over `ctas`: the H100 (132 SMs) holds 30 clusters of four (120 SMs) and 15 of eight. Asked
-// once per device and size.
-inline int resident_clusters(int ctas, int upper) {
-  if (ctas <= 2) return upper;  // every GPC has an even number of SMs
-  static int cached_device = -1, cached[17] = {};
-  int devices = 0, device = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0 || cudaGetDevice(&device) != cudaSuccess) {
-    (void)cudaGetLastError();  // no GPU here (the rule on the host alone): the bound
-    return upper;
-  }
-  if (device != cached_device) std::fill(cached, cached + 17, 0), cached_device = device;
-  if (ctas > 16) return upper;
-  if (cached[ctas] == 0) {
-    constexpr int kSmem = 200 * 1024;  // more than half an SM's: one CTA an SM, as the GEMMs
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    cfg.gridDim = dim3(ctas), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = kSmem;
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim = {unsigned(ctas), 1, 1};
-    cfg.attrs = attr, cfg.numAttrs = 1;
-    int fits = 0;
-    if (cudaFuncSetAttribute(cluster_probe, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) != cudaSuccess ||
-        cudaOccupancyMaxActiveClusters(&fits, cluster_probe, &cfg) != cudaSuccess || fits <= 0) {
-      (void)cudaGetLastError();
-      return upper;
-    }
-    cached[ctas] = fits;
-  }
-  return std::min(upper, cached[ctas]);
-}
-
-// Clusters a launch may have: one CTA per SM (or args->max_ctas), grouped into clusters, as many
-// as the device holds at once.
+// Clusters a launch may have: one CTA per SM (or args->max_ctas), grouped into clusters. (Every
+// GPC has an even number of SMs, so clusters of two fill them; see Tile for larger ones.)
 template <class T>
 int max_clusters(const GtArgs* args) {
   const int sms = args->max_ctas > 0 ? args->max_ctas : (args->num_sms > 0 ? args->num_sms : 132);
-  return std::max(1, resident_clusters(T::kClusterCTAs, sms / T::kClusterCTAs));
+  return std::max(1, sms / T::kClusterCTAs);
 }
 
 // Shapes: any M, N >= 1 with N a multiple of 8 (TMA stores of C) and K a multiple of 8.
