@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from gemmtrace import registry
+from gemmtrace import GemmtraceError, registry
 from gemmtrace.build import build
 from gemmtrace.cli import parse_shape
 from gemmtrace.launch import KernelLibrary
@@ -27,9 +27,11 @@ def main() -> None:
     a = ap.parse_args()
     tiles = registry.get("v10").tiles
     lib = KernelLibrary(build("v10").library, "v10")
+    shapes = [parse_shape(text) for text in a.shapes]
+    for shape in shapes:  # every shape checked before the first run: one sentence, not a late traceback
+        lib.plan(lib.args(*shape))
     rows, losses = [], []
-    for text in a.shapes:
-        shape = parse_shape(text)
+    for text, shape in zip(a.shapes, shapes):
         picked = lib.plan(lib.args(*shape)).variant  # the rule's tile, 1-based
         ms = {}
         for variant in range(1, len(tiles) + 1):
@@ -50,4 +52,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except GemmtraceError as e:
+        sys.exit(f"error: {e}")

@@ -70,7 +70,8 @@ def test_trace_is_well_formed(runs, kernel, shape, sched, order):
     grid_m = math.ceil(grid_m / launch["cluster"]) * launch["cluster"]  # clusters pad the grid
     tiles = grid_m * math.ceil(n / bn)
     num_kb = math.ceil(k / bk)
-    consumers = 2 if "producer" in spec.roles else 1  # warp-specialized kernels: two consumer warpgroups
+    # warp-specialized kernels: two consumer warpgroups compute, except on v10's 64x64 tiles (one)
+    consumers = 2 if "producer" in spec.roles and (bm, bn) != (64, 64) else 1
     assert r.dropped == 0 and r.run.meta["profiler"]["incomplete_regions"] == 0
     assert (s["end_ns"] >= s["start_ns"]).all() and s["start_ns"].min() == 0
     # Every span lies inside the launch timed by CUDA events (plus the timer's step and launch skew).

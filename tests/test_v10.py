@@ -36,8 +36,8 @@ def test_a_forced_tile_is_the_one_planned(v10, variant):
 
 
 def test_bad_variant_is_one_sentence(v10):
-    with pytest.raises(GemmtraceError, match="v10 has tiles 1 to 8"):
-        v10.plan(v10.args(256, 256, 256, variant=9))
+    with pytest.raises(GemmtraceError, match="v10 has tiles 1 to 10"):
+        v10.plan(v10.args(256, 256, 256, variant=11))
 
 
 def _choice(v10, m, n, k, sms=132):
@@ -46,9 +46,11 @@ def _choice(v10, m, n, k, sms=132):
 
 
 def test_rule_follows_the_shape_not_a_list(v10):
-    # M of 64: never a cluster of two along M, whose second CTA would have no rows at all.
+    # M of 64: 64-row tiles, and no cluster of two along M of tiles with B halves wider than 64
+    # columns (the second CTA would have no rows; with 64x64/c2 it still loads half of each B panel).
     for n in (4096, 8192, 12288, 2000):
-        assert _choice(v10, 64, n, 4096)[1].cluster == 1
+        name, p = _choice(v10, 64, n, 4096)
+        assert p.tile_m == 64 and (p.cluster == 1 or name == "64x64/c2"), name
     # Large squares and big model shapes fill many waves: the largest tile in clusters of two.
     for shape in [(8192, 8192, 8192), (16384, 16384, 16384), (12288, 12288, 4096), (4096, 28672, 8192)]:
         assert _choice(v10, *shape)[0] == "128x256/c2", shape
@@ -61,6 +63,24 @@ def test_rule_follows_the_shape_not_a_list(v10):
         chosen = v10.plan(v10.args(*shape, num_sms=132)).variant - 1
         assert costs[chosen] <= min(costs) / 0.98 + 1e-9, (shape, costs, chosen)
         assert all(costs[i] >= costs[chosen] * 0.98 - 1e-9 for i in range(chosen)), (shape, costs, chosen)
+
+
+def test_64x64_tiles_only_where_the_shape_is_memory_bound(v10):
+    """Tiles 9 and 10 are weighed only under 250 flops a byte (docs/kernels.md, step 0)."""
+    import math
+
+    small = [i for i, t in enumerate(registry.get("v10").tiles) if t.startswith("64x64/")]
+    assert len(small) == 2
+    for m, n, k in [(512, 1024, 8192), (4096, 4096, 4096), (1000, 1496, 520), (2048, 2048, 2048), (384, 4096, 8192)]:
+        assert m * n * k >= 250 * (m * k + n * k + m * n)
+        costs = [c for _t, c in v10.tile_family(v10.args(m, n, k, num_sms=132))]
+        assert all(math.isinf(costs[i]) for i in small) and not any(math.isinf(c) for i, c in enumerate(costs) if i not in small)
+        assert v10.plan(v10.args(m, n, k, num_sms=132)).variant - 1 not in small
+    # Memory-bound, with 128 whole 64x64 tiles in one wave: M of 64 (one row of tiles, clusters of
+    # one) and N of 64 (one column: the cluster along M shares B).
+    assert _choice(v10, 64, 8192, 4096)[0] == "64x64/c1"
+    assert _choice(v10, 8192, 64, 8192)[0] == "64x64/c2"
+    assert all(math.isfinite(c) for _t, c in v10.tile_family(v10.args(64, 8192, 4096, num_sms=132)))
 
 
 def test_fewer_sms_can_change_the_choice_but_never_break_it(v10):
@@ -83,8 +103,9 @@ def test_kernel_partition_matches_the_model_at_ten_percent(v10, shape):
                   split_k=p_plan.split_k)
     ctas = p_plan.cluster * p_plan.split_k  # a cluster's CTAs
     assert p_plan.grid_ctas == ctas * p.workers
-    piece = (p_plan.tile_m * p_plan.tile_n) // 2 // p_plan.split_k  # a consumer's part, or its CTA's piece of it
-    assert p_plan.workspace_bytes == workspace_bytes(p, cluster=ctas, slot_floats=piece)
+    parts = 1 if p_plan.tile_m * p_plan.tile_n == 64 * 64 else 2  # consumer warpgroups that compute
+    piece = (p_plan.tile_m * p_plan.tile_n) // parts // p_plan.split_k  # a consumer's part, or its CTA's piece of it
+    assert p_plan.workspace_bytes == workspace_bytes(p, cluster=ctas, consumers=parts, slot_floats=piece)
     fn = v10._lib.gt_stream_k_units
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int32), ctypes.c_int]
     args = v10.args(*shape, num_sms=132)

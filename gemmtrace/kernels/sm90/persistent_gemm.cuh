@@ -6,7 +6,8 @@
 // One CTA per SM, alone or in clusters of two CTAs on vertically adjacent tiles that share B by TMA
 // multicast (v5); v6-v9 run 128x256 tiles in clusters of two. A producer lane and two consumer
 // warpgroups loop over the tiles the scheduler hands them; each consumer takes half the tile's rows
-// (half its columns when the tile has only 64 rows). The pipeline's stages and phases run on across
+// (half its columns when the tile has only 64 rows;
+// a 64x64 tile is the first's alone). The pipeline's stages and phases run on across
 // tiles, so the producer loads the next tile while the consumers finish this one, and the TMA stores
 // of C (through stmatrix-written, swizzled panels) drain under the next tile's mainloop.
 //
@@ -54,7 +55,6 @@ constexpr int BK = 64;
 constexpr int kConsumers = 2;  // consumer warpgroups
 constexpr int kThreads = 128 * (1 + kConsumers);
 constexpr int kPanelBytes = 64 * 128;  // one 64x64 bf16 panel of C
-constexpr int kEpilogueBytes = kConsumers * 2 * kPanelBytes;
 constexpr int kRecordRing = 32;  // records each recording warp stages in shared memory (profiler.cuh)
 constexpr int kRecorders = 1 + kConsumers;
 constexpr int kRecorderBytes = kRecorders * Recorder<true, kRecordRing>::kSmemBytes;
@@ -73,7 +73,10 @@ struct Tile {
   static constexpr int BM = BM_, BN = BN_, kCluster = kCluster_, kStages = kStages_, kSplitK = kSplitK_;
   static constexpr int kClusterCTAs = kCluster * kSplitK;  // the launch's cluster size
   static constexpr bool kSplitRows = BM >= 128;
-  static constexpr int WM = kSplitRows ? BM / kConsumers : BM, WN = kSplitRows ? BN : BN / kConsumers;
+  // Consumer warpgroups that compute: both, except on a 64x64 tile, whose halves would be n32
+  // wgmma reading all of A from shared memory twice; there one computes the tile and one idles.
+  static constexpr int kParts = kSplitRows || BN >= 128 ? kConsumers : 1;
+  static constexpr int WM = kSplitRows ? BM / kConsumers : BM, WN = kSplitRows ? BN : BN / kParts;
   static constexpr int kRowGroups = WM / 64;
   static constexpr int kPanels = kRowGroups * (WN / 64);  // 64x64 panels of C per consumer
   static constexpr int kAccFloat4s = kRowGroups * WN / 8;  // a consumer thread's accumulators, in float4s
@@ -81,7 +84,7 @@ struct Tile {
   static constexpr int kTileBytesA = BM * BK * 2, kTileBytesB = BN * BK * 2;
   static constexpr int kHalfBytesB = kTileBytesB / kCluster;
   static constexpr int kStageBytes = kTileBytesA + kTileBytesB;
-  static constexpr int kEpilogueRegionBytes = kSplitK > 1 ? 0 : kEpilogueBytes;
+  static constexpr int kEpilogueRegionBytes = kSplitK > 1 ? 0 : kParts * 2 * kPanelBytes;
   static constexpr int kPipelineBytes = 1024 + kStages * kStageBytes + kEpilogueRegionBytes + 2 * kStages * 8;
   static_assert(WM % 64 == 0 && WN % 64 == 0 && WN <= 256, "consumer parts are m64 row groups of n64..n256 wgmma");
   static_assert(BM <= 256 && BN / kCluster <= 256, "a TMA box has at most 256 rows");
@@ -183,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     tma_prefetch_descriptor(&tmap_c);
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(full(s), 1);
-      mbarrier_init(empty(s), kCluster * kConsumers * 4);  // every consumer warp of the cluster's CTAs
+      mbarrier_init(empty(s), kCluster * T::kParts * 4);  // every computing consumer warp of the cluster's CTAs
     }
     make_scheduler().init_barriers();
     mbarrier_init_fence();
@@ -255,6 +258,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = 0; i < kStages; ++i, ++it) mbarrier_wait_unbounded(empty(it % kStages), ((it / kStages) & 1) ^ 1);
       sched.on_exit(rank);
     }
+  } else if (wg - 1 >= T::kParts) {  // ---------------- an idle consumer (64x64 tiles) ----------------
+    setmaxnreg_dec<40>();
   } else {  // ---------------- consumers ----------------
     setmaxnreg_inc<232>();
     TileScheduler sched = make_scheduler();

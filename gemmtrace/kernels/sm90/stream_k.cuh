@@ -52,7 +52,6 @@
 namespace stream_k {
 
 using namespace gemmtrace;
-using persistent::kConsumers;
 
 // The cost of moving one fp32 partial through L2 (a store by one warpgroup, a load by another), in
 // k-blocks of mainloop time: for a 128x256 tile 64 KB a warpgroup at roughly 100 GB/s per SM
@@ -175,7 +174,7 @@ inline int slots_per_worker(const Partition& part) { return part.parallel ? 2 : 
 template <class T>
 int64_t flag_bytes(const Partition& part) {
   const int64_t ints = (int64_t(part.workers) * slots_per_worker(part) + (part.parallel ? part.units : 0)) *
-                       T::kClusterCTAs * kConsumers;
+                       T::kClusterCTAs * T::kParts;
   return host::ceil_div(ints * 4, 1024) * int64_t(1024);
 }
 
@@ -183,7 +182,7 @@ template <class T>
 int64_t workspace_bytes(const Partition& part) {
   if (!part.split()) return 0;
   return flag_bytes<T>(part) +
-         int64_t(part.workers) * slots_per_worker(part) * T::kClusterCTAs * kConsumers * T::kPieceFloat4s * 128 * 16;
+         int64_t(part.workers) * slots_per_worker(part) * T::kClusterCTAs * T::kParts * T::kPieceFloat4s * 128 * 16;
 }
 
 template <class T>
@@ -206,9 +205,9 @@ struct Scheduler {
   // once they have read what this CTA sent them (xfree).
   static constexpr int kPeers = T::kSplitK - 1;
   static constexpr int kPieceBytes = kSlotFloat4s * 128 * 16;
-  static constexpr int kExchangeBytes = kConsumers * kPeers * kPieceBytes;
+  static constexpr int kExchangeBytes = T::kParts * kPeers * kPieceBytes;
   static constexpr bool kSplitsK = true;
-  static constexpr int kSmemBytes = T::kSplitK > 1 ? kExchangeBytes + 2 * kConsumers * 8 : 0;
+  static constexpr int kSmemBytes = T::kSplitK > 1 ? kExchangeBytes + 2 * T::kParts * 8 : 0;
   struct Params {
     const int32_t* order;  // the tile order (row order when null)
     Partition part;
@@ -270,10 +269,10 @@ struct Scheduler {
       : p(p_), grid_n(grid_n_), unit{-1, 0, 0}, smem(smem_) {}
   __device__ uint32_t xbuf(int cw, int slot) const { return smem + (cw * kPeers + slot) * kPieceBytes; }
   __device__ uint32_t xfull(int cw) const { return smem + kExchangeBytes + cw * 8; }
-  __device__ uint32_t xfree(int cw) const { return smem + kExchangeBytes + (kConsumers + cw) * 8; }
+  __device__ uint32_t xfree(int cw) const { return smem + kExchangeBytes + (T::kParts + cw) * 8; }
   __device__ void init_barriers() {
     if constexpr (T::kSplitK > 1)
-      for (int cw = 0; cw < kConsumers; ++cw) mbarrier_init(xfull(cw), 1), mbarrier_init(xfree(cw), kPeers);
+      for (int cw = 0; cw < T::kParts; ++cw) mbarrier_init(xfull(cw), 1), mbarrier_init(xfree(cw), kPeers);
   }
   template <typename GroupSync>
   __device__ bool next_tile(bool, bool, uint32_t rank, GroupSync, int& m_block, int& n_block) {
@@ -305,7 +304,7 @@ struct Scheduler {
   }
 
   // The slot of CTA `cta` (its rank in the cluster) of cluster w, consumer cw.
-  __device__ int slot_index(int w, uint32_t cta, int cw) const { return (w * T::kClusterCTAs + int(cta)) * kConsumers + cw; }
+  __device__ int slot_index(int w, uint32_t cta, int cw) const { return (w * T::kClusterCTAs + int(cta)) * T::kParts + cw; }
 
   // L2 priorities for the partials (l2_hint.cuh). Where every tile is split, a partial is stored
   // early in a cluster's range and read at the end of another's, after mainloops that stream more
@@ -517,7 +516,7 @@ struct Scheduler {
     // Cluster w keeps its partial of tile `entry` in its first slot, or in its second when its range
     // began in the tile before.
     const int second = p.part.sk_begin(w) < entry * p.part.num_kb ? 1 : 0;
-    return ((w * 2 + second) * T::kClusterCTAs + int(rank)) * kConsumers + cw;
+    return ((w * 2 + second) * T::kClusterCTAs + int(rank)) * T::kParts + cw;
   }
 
   template <class Rec, class Sync>
@@ -562,8 +561,8 @@ struct Scheduler {
     // fixed stride apart.
     const float2* first_slot = reinterpret_cast<const float2*>(p.slots + size_t(slot_of(first, entry, rank, cw)) * (kSlotFloats / 4));
     const float2* next_slots = reinterpret_cast<const float2*>(
-        p.slots + size_t(((first + 1) * 2 * T::kClusterCTAs + int(rank)) * kConsumers + cw) * (kSlotFloats / 4));
-    constexpr size_t kStride = size_t(2) * T::kClusterCTAs * kConsumers * (kSlotFloats / 4) * 2;  // in float2s
+        p.slots + size_t(((first + 1) * 2 * T::kClusterCTAs + int(rank)) * T::kParts + cw) * (kSlotFloats / 4));
+    constexpr size_t kStride = size_t(2) * T::kClusterCTAs * T::kParts * (kSlotFloats / 4) * 2;  // in float2s
     const uint64_t dead = partial_load_policy();
 #pragma unroll 1
     for (int e = seg * F2 / segments + tid; e < (seg + 1) * F2 / segments; e += 128) {
@@ -591,8 +590,8 @@ struct Scheduler {
     t = rec.record(Tag::REDUCE, t, tile, my_kb);
     wg_sync();  // every thread's loads, before thread 0 says this warpgroup is done reading
     if (tid == 0) {
-      int32_t* count = p.flags + size_t(p.part.workers) * 2 * T::kClusterCTAs * kConsumers +
-                       (entry * T::kClusterCTAs + int(rank)) * kConsumers + cw;
+      int32_t* count = p.flags + size_t(p.part.workers) * 2 * T::kClusterCTAs * T::kParts +
+                       (entry * T::kClusterCTAs + int(rank)) * T::kParts + cw;
       if (flag_add_acq_rel(count, 1) == segments - 1) {  // everyone has read: clear for the next launch
         for (int w = first; w <= last; ++w) flag_store_relaxed(p.flags + slot_of(w, entry, rank, cw), 0);
         flag_store_relaxed(count, 0);

@@ -4,10 +4,12 @@
 // What changes from v9: the kernel body (persistent_gemm.cuh) and the stream-K scheduler
 // (stream_k.cuh) are instantiated for every tile of the family below instead of 128x256 alone.
 // Small tiles make more tiles where there are few (skinny M or N, small squares), 64-row tiles stop
-// computing the empty half of a 128-row tile when M is 64, and clusters of one let a lone tile
-// row (M <= 128) use every SM instead of every other one.
+// computing the empty half of a 128-row tile when M is 64, clusters of one let a lone tile
+// row (M <= 128) use every SM instead of every other one, and 64x64 tiles spread a memory-bound
+// shape (a skinny M or N) over the most whole tiles in one wave.
 //
-// The rule (tile_cost below; `gemmtrace list` and docs/kernels.md say it in words): for each tile
+// The rule (tile_cost below; `gemmtrace list` and docs/kernels.md say it in words): 64x64 tiles
+// only where the shape is memory-bound (memory_bound below); for each tile
 // of the family, partition the work exactly as the stream-K scheduler would (whole tiles for full
 // waves, the rest split where that pays), take the k-blocks of the busiest cluster, count each
 // split k-block (and serial fix-up) kSplitKBlockCost times, and scale by the tile's time per k-block:
@@ -20,6 +22,8 @@
 // reports the tile that runs in tile_m, tile_n, cluster and stages, and its index + 1 in variant.
 //
 // Shapes: any M, N >= 1 with N a multiple of 8 and K a multiple of 8.
+#include <limits>
+
 #include "stream_k.cuh"
 
 namespace {
@@ -34,16 +38,19 @@ using T4 = Tile<128, 128, 1, 6>;  // no cluster: a lone row of tiles (M <= 128) 
 using T5 = Tile<64, 256, 1, 4>;   // M <= 64: no empty half-tile computed
 using T6 = Tile<64, 128, 1, 7>;   // a quarter of the area: one wave of whole tiles where N = 128 or the grid is small
 using T7 = Tile<128, 128, 1, 5, 2>;  // k split over a cluster of two: two SMs a tile where a wave of tiles has a long K
-constexpr int kFamily = 8;
+using T8 = Tile<64, 64, 1, 13>;  // a sixteenth of the area, one consumer: one wave of whole tiles on few-tile shapes
+using T9 = Tile<64, 64, 2, 13>;  // the same, B shared by multicast
+constexpr int kFamily = 10;
 
 // Throughput of each tile relative to 128x256 in clusters of two, measured on the H100 with every
 // tile forced at 8192x8192x8192, whole tiles: 128x256/c2 758, 256x128/c2 712, 128x128/c2 559,
 // 128x128/c1 514 and 64x256/c1 470 TFLOP/s (bench/results/20261123-h100-v10-tile-calibration.json);
 // 128x192/c2 714 and 64x128/c1 340-349 against 750-771 for 128x256/c2 in the same processes
-// (bench/results/20261123-h100-v10-tile-matrix.json). The
+// (bench/results/20261123-h100-v10-tile-matrix.json); 64x64/c1 255 and 64x64/c2 331 against 789
+// (bench/results/20261124-h100-v10-64x64-tiles.json). The
 // 64-row and 128-wide tiles are slower per flop: each k16 step reads its A and B from shared memory
 // for a narrower wgmma, so shared-memory bandwidth, not the tensor cores, sets their pace.
-constexpr double kThroughput[kFamily] = {1.00, 0.94, 0.95, 0.74, 0.68, 0.62, 0.45, 0.60};
+constexpr double kThroughput[kFamily] = {1.00, 0.94, 0.95, 0.74, 0.68, 0.62, 0.45, 0.60, 0.32, 0.42};
 
 // A split k-block costs this many whole ones. Split ranges start at different k offsets on
 // different clusters, so the tiles in flight stop sharing their A and B panels in L2 and read them
@@ -83,7 +90,9 @@ auto with_tile(int i, F&& f) {
     case 4: return f(T4{});
     case 5: return f(T5{});
     case 6: return f(T6{});
-    default: return f(T7{});
+    case 7: return f(T7{});
+    case 8: return f(T8{});
+    default: return f(T9{});
   }
 }
 
@@ -99,10 +108,24 @@ constexpr double kblock_time(int i) { return double(T::BM) * T::BN / (128.0 * 25
 // (bench/NOTES.md).
 constexpr double kExchangeKBlocks = 3.0;
 
+// 64x64 tiles are weighed only where the problem is memory-bound: fewer flops per byte of its
+// operands and C (M N K / (M K + N K + M N) for bf16) than the H100 computes per byte it moves from
+// HBM (about 750 TFLOP/s over 3 TB/s). There the operand streamed from HBM, not the tile's
+// throughput, sets the pace, and 64x64 tiles make the most whole tiles of one wave. Elsewhere they
+// are the slowest tiles per flop (shared-memory bound), and the rule, which counts split k-blocks
+// of the larger tiles twice over, would overrate them: measured on the H100, 512x1024x8192 (328
+// flop/byte) ran 31.9-34.6 us on them against 28.2 on 128x128/c2 (bench/NOTES.md).
+constexpr double kMachineBalanceFlopPerByte = 250.0;
+bool memory_bound(const GtArgs* args) {
+  const double m = double(args->m), n = double(args->n), k = double(args->k);
+  return m * n * k < kMachineBalanceFlopPerByte * (m * k + n * k + m * n);
+}
+
 // The rule's cost of tile i: the busiest cluster's k-blocks, in 128x256 k-block times.
 double tile_cost(const GtArgs* args, int i) {
   return with_tile(i, [&](auto t) {
     using T = decltype(t);
+    if (T::BM * T::BN <= 64 * 64 && !memory_bound(args)) return std::numeric_limits<double>::infinity();
     const stream_k::Partition part = stream_k::partition_of<T>(args, kMinSplitGainPct, kParallelFixup<T>);
     const double per_kblock = kblock_time<T>(i);
     const int64_t busiest = part.busiest_kblocks();
