@@ -179,7 +179,7 @@ KERNELS: dict[str, KernelSpec] = {
             source="sm90/v10_tile_family.cu",
             arch="sm90a",
             idea=(
-                "the tile shape chosen per problem from a family compiled once (128x256, 256x128, 128x192, 128x128, 64x256, 64x128; "
+                "the tile shape chosen per problem from a family compiled once (128x256, 256x128, 128x192, 128x128, 64x256, 64x128, 64x64; "
                 "clusters of one or two along M, or of two splitting K and summing in shared memory), with v9's stream-K where it pays"
             ),
             tile=(128, 256, 64),
