@@ -28,11 +28,11 @@ def main() -> None:
     tiles = registry.get("v10").tiles
     lib = KernelLibrary(build("v10").library, "v10")
     shapes = [parse_shape(text) for text in a.shapes]
-    for shape in shapes:  # every shape checked before the first run: one sentence, not a late traceback
-        lib.plan(lib.args(*shape))
+    # The rule's tile for each shape (1-based), planned before the first run: a shape v10 cannot do
+    # is one sentence here, not a traceback minutes into the matrix.
+    picks = [lib.plan(lib.args(*shape)).variant for shape in shapes]
     rows, losses = [], []
-    for text, shape in zip(a.shapes, shapes):
-        picked = lib.plan(lib.args(*shape)).variant  # the rule's tile, 1-based
+    for text, shape, picked in zip(a.shapes, shapes, picks):
         ms = {}
         for variant in range(1, len(tiles) + 1):
             r = run_kernel(RunOptions(kernel="v10", shape=shape, variant=variant, order="snake", iters=a.iters))[0]

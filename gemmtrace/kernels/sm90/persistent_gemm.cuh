@@ -6,10 +6,10 @@
 // One CTA per SM, alone or in clusters of two CTAs on vertically adjacent tiles that share B by TMA
 // multicast (v5); v6-v9 run 128x256 tiles in clusters of two. A producer lane and two consumer
 // warpgroups loop over the tiles the scheduler hands them; each consumer takes half the tile's rows
-// (half its columns when the tile has only 64 rows;
-// a 64x64 tile is the first's alone). The pipeline's stages and phases run on across
-// tiles, so the producer loads the next tile while the consumers finish this one, and the TMA stores
-// of C (through stmatrix-written, swizzled panels) drain under the next tile's mainloop.
+// (half its columns when the tile has only 64 rows; a 64x64 tile is the first's alone). The
+// pipeline's stages and phases run on across tiles, so the producer loads the next tile while the
+// consumers finish this one, and the TMA stores of C (through stmatrix-written, swizzled panels)
+// drain under the next tile's mainloop.
 //
 // A tile scheduler is a template on the tile, Sched<Tile>, and provides (see the kernel files):
 //   struct Params;                                   built on the host from GtArgs, passed by value
