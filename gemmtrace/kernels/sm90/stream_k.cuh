@@ -169,12 +169,22 @@ inline Partition make_partition(int units, int num_kb, int max_workers, int min_
 // where the unit that ends a range publishes a partial too.
 inline int slots_per_worker(const Partition& part) { return part.parallel ? 2 : 1; }
 
+// The workspace keeps a slot (and a flag) per group, CTA of the cluster and computing consumer
+// warpgroup, in that order: kClusterParts<T> of them a group. A group is a cluster's slot (or, for
+// the parallel fix-up's counts, a tile).
+template <class T>
+constexpr int kClusterParts = T::kClusterCTAs * T::kParts;
+template <class T>
+__host__ __device__ constexpr int part_slot(int group, uint32_t cta, int cw) {
+  return (group * T::kClusterCTAs + int(cta)) * T::kParts + cw;
+}
+
 // The flags: one per slot and (rank, consumer warpgroup); under the parallel fix-up then a count per
 // tile and (rank, consumer warpgroup); in whole KiB.
 template <class T>
 int64_t flag_bytes(const Partition& part) {
   const int64_t ints = (int64_t(part.workers) * slots_per_worker(part) + (part.parallel ? part.units : 0)) *
-                       T::kClusterCTAs * T::kParts;
+                       kClusterParts<T>;
   return host::ceil_div(ints * 4, 1024) * int64_t(1024);
 }
 
@@ -182,7 +192,7 @@ template <class T>
 int64_t workspace_bytes(const Partition& part) {
   if (!part.split()) return 0;
   return flag_bytes<T>(part) +
-         int64_t(part.workers) * slots_per_worker(part) * T::kClusterCTAs * T::kParts * T::kPieceFloat4s * 128 * 16;
+         int64_t(part.workers) * slots_per_worker(part) * kClusterParts<T> * T::kPieceFloat4s * 128 * 16;
 }
 
 template <class T>
@@ -304,7 +314,7 @@ struct Scheduler {
   }
 
   // The slot of CTA `cta` (its rank in the cluster) of cluster w, consumer cw.
-  __device__ int slot_index(int w, uint32_t cta, int cw) const { return (w * T::kClusterCTAs + int(cta)) * T::kParts + cw; }
+  __device__ int slot_index(int w, uint32_t cta, int cw) const { return part_slot<T>(w, cta, cw); }
 
   // L2 priorities for the partials (l2_hint.cuh). Where every tile is split, a partial is stored
   // early in a cluster's range and read at the end of another's, after mainloops that stream more
@@ -458,10 +468,10 @@ struct Scheduler {
       if (uint32_t(q) != me) continue;
 #pragma unroll
       for (int i = 0; i < kSlotFloat4s; ++i) {
+        const float* a = f4(q * kSlotFloat4s + i);
         float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int r = 0; r < T::kSplitK; ++r) {
-          const float* a = f4(q * kSlotFloat4s + i);
           const float4 v = r != q ? ld_shared_f32x4(xbuf(cw, r < q ? r : r - 1) + (i * 128 + tid) * 16)
                            : empty ? make_float4(0.f, 0.f, 0.f, 0.f) : make_float4(a[0], a[1], a[2], a[3]);
           if (r == 0) s = v;
@@ -487,16 +497,23 @@ struct Scheduler {
     if (rounds > 0) mbarrier_wait_unbounded(xfree(cw), (rounds & 1) ^ 1);
   }
 
-  // Piece `me` of this consumer's part of tile (m_block, n_block), summed, to C as bf16. Float4 f
-  // of a thread holds its accumulators 4j..4j+3 of row group g: columns 8j + 2 (lane % 4) + {0, 1}
-  // of row 16 warp + lane / 4 (x, y) and of the row 8 below (z, w), in the wgmma D layout.
+  // Where float4 f of thread th's accumulators (consumer cw, tile (m_block, n_block)) lies in C: the
+  // row and column of its first bf16 pair (x, y); (z, w) lie 8 rows below. In the wgmma D layout
+  // float4 f holds the thread's accumulators 4j..4j+3 of row group g: columns 8j + 2 (th % 4) +
+  // {0, 1} of row 16 (th / 32) + (th % 32) / 4 and of the row 8 below.
+  __device__ static void c_position(int m_block, int n_block, int cw, int f, int th, int& row, int& col) {
+    const int g = f / (T::WN / 8), j = f % (T::WN / 8);
+    row = m_block * T::BM + T::row0(cw) + g * 64 + (th / 32) * 16 + (th % 32) / 4;
+    col = n_block * T::BN + T::col0(cw) + j * 8 + (th % 4) * 2;
+  }
+
+  // Piece `me` of this consumer's part of tile (m_block, n_block), summed, to C as bf16.
   __device__ void store_piece(const float4 (&piece)[kSlotFloat4s], int m_block, int n_block, int cw) const {
     const int tid = threadIdx.x % 128, me = int(cluster_ctarank());
 #pragma unroll
     for (int i = 0; i < kSlotFloat4s; ++i) {
-      const int f = me * kSlotFloat4s + i, g = f / (T::WN / 8), j = f % (T::WN / 8);
-      const int row = m_block * T::BM + T::row0(cw) + g * 64 + (tid / 32) * 16 + (tid % 32) / 4;
-      const int col = n_block * T::BN + T::col0(cw) + j * 8 + (tid % 4) * 2;
+      int row, col;
+      c_position(m_block, n_block, cw, me * kSlotFloat4s + i, tid, row, col);
       if (col >= p.n) continue;  // N is a multiple of 8: both columns or neither
       if (row < p.m) *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row) * p.n + col) = __floats2bfloat162_rn(piece[i].x, piece[i].y);
       if (row + 8 < p.m)
@@ -516,7 +533,7 @@ struct Scheduler {
     // Cluster w keeps its partial of tile `entry` in its first slot, or in its second when its range
     // began in the tile before.
     const int second = p.part.sk_begin(w) < entry * p.part.num_kb ? 1 : 0;
-    return ((w * 2 + second) * T::kClusterCTAs + int(rank)) * T::kParts + cw;
+    return part_slot<T>(w * 2 + second, rank, cw);
   }
 
   template <class Rec, class Sync>
@@ -561,8 +578,8 @@ struct Scheduler {
     // fixed stride apart.
     const float2* first_slot = reinterpret_cast<const float2*>(p.slots + size_t(slot_of(first, entry, rank, cw)) * (kSlotFloats / 4));
     const float2* next_slots = reinterpret_cast<const float2*>(
-        p.slots + size_t(((first + 1) * 2 * T::kClusterCTAs + int(rank)) * T::kParts + cw) * (kSlotFloats / 4));
-    constexpr size_t kStride = size_t(2) * T::kClusterCTAs * T::kParts * (kSlotFloats / 4) * 2;  // in float2s
+        p.slots + size_t(part_slot<T>((first + 1) * 2, rank, cw)) * (kSlotFloats / 4));
+    constexpr size_t kStride = size_t(2) * kClusterParts<T> * (kSlotFloats / 4) * 2;  // in float2s
     const uint64_t dead = partial_load_policy();
 #pragma unroll 1
     for (int e = seg * F2 / segments + tid; e < (seg + 1) * F2 / segments; e += 128) {
@@ -578,20 +595,19 @@ struct Scheduler {
         for (int j = 0; j < kBatch; ++j)
           if (w0 + j < others) s.x += v[j].x, s.y += v[j].y;
       }
-      // float4 f = i * 128 + th of the slot is thread th's accumulators 4j..4j+3 of row group g:
-      // columns 8j + 2 (lane % 4) + {0, 1} of row 16 warp + lane / 4 (its first half) and of the
-      // row 8 below (its second half), in the wgmma D layout.
-      const int f = e / 2, i = f / 128, th = f % 128, g = i / (T::WN / 8), j = i % (T::WN / 8);
-      const int row = m_block * T::BM + T::row0(cw) + g * 64 + (th / 32) * 16 + (th % 32) / 4 + (e % 2) * 8;
-      const int col = n_block * T::BN + T::col0(cw) + j * 8 + (th % 4) * 2;
+      // float4 f = i * 128 + th of the slot is thread th's float4 i (c_position); float2 e is its
+      // first half (x, y) or its second (z, w), 8 rows below.
+      const int f = e / 2;
+      int row, col;
+      c_position(m_block, n_block, cw, f / 128, f % 128, row, col);
+      row += (e % 2) * 8;
       if (col < p.n && row < p.m)  // N is a multiple of 8: both columns or neither
         *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row) * p.n + col) = __floats2bfloat162_rn(s.x, s.y);
     }
     t = rec.record(Tag::REDUCE, t, tile, my_kb);
     wg_sync();  // every thread's loads, before thread 0 says this warpgroup is done reading
     if (tid == 0) {
-      int32_t* count = p.flags + size_t(p.part.workers) * 2 * T::kClusterCTAs * T::kParts +
-                       (entry * T::kClusterCTAs + int(rank)) * T::kParts + cw;
+      int32_t* count = p.flags + size_t(p.part.workers) * 2 * kClusterParts<T> + part_slot<T>(entry, rank, cw);
       if (flag_add_acq_rel(count, 1) == segments - 1) {  // everyone has read: clear for the next launch
         for (int w = first; w <= last; ++w) flag_store_relaxed(p.flags + slot_of(w, entry, rank, cw), 0);
         flag_store_relaxed(count, 0);
