@@ -37,7 +37,7 @@ REDUCE_REC = "t = rec.record(Tag::REDUCE, wait_end, tile, first_kb);\n    rec.po
 WAIT_EMPTY_REC = "            rec.record_span(Tag::WAIT_EMPTY, wait_from, wait_to, tile, kb);\n            rec.poll();  // it waited anyway\n"
 WAIT_FULL_REC = "          rec.record(Tag::WAIT_FULL, from, tile, kb);\n          rec.poll();  // it waited anyway\n"
 TMA_POLL = (TMA_REC + "\n        rec.poll();\n", TMA_REC + "\n")
-MMA_POLL = (MMA_REC + "\n      rec.poll();\n", MMA_REC + "\n")
+MMA_POLL = (MMA_REC + "\n        rec.poll();\n", MMA_REC + "\n")
 # The recorder compiled in but never initialised (a condition false at run time): what the recording
 # code costs by being there, apart from running.
 INIT = "  if (warp % 4 == wg)\n    rec.init("

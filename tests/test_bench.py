@@ -1,9 +1,11 @@
 """The benchmark suite: named shape lists, skipping shapes a kernel refuses, progress lines, the CLI."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +83,20 @@ def test_cli_unknown_suite():
 def test_cli_bench_help_names_the_suite():
     out = gt("bench", "--help")
     assert out.returncode == 0 and "--suite" in out.stdout
+
+
+def test_bisect_profiler_substitutions_match_the_kernel():
+    """bench/bisect_profiler.py makes its variants by replacing lines of persistent_gemm.cuh and
+    stream_k.cuh as written. A kernel edit that reindents or rewords one of them would otherwise show
+    only on a GPU, as the script's assertion; here it fails without one."""
+    path = Path(__file__).resolve().parent.parent / "bench" / "bisect_profiler.py"
+    spec = importlib.util.spec_from_file_location("bisect_profiler", path)
+    bp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bp)
+    texts = {"persistent": (bp.K / "persistent_gemm.cuh").read_text(), "stream_k": (bp.K / "stream_k.cuh").read_text()}
+    for name, reps in bp.VARIANTS.items():
+        edited = dict(texts)
+        for where, old, new in reps:
+            assert old in edited[where], f"variant {name}: not in {where}: {old!r}"
+            edited[where] = edited[where].replace(old, new)
+        assert (edited == texts) == (name == "full"), f"variant {name} changes nothing"
