@@ -300,7 +300,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       if (p == T::kPanels - 1) rec.record(Tag::EPILOGUE, epi_start, uint32_t(prev_m) * grid_n + prev_n);
     };
-    int it = 0;
+    // The k-loop's position: the next k-block's stage and its full barrier's parity, kept as
+    // counters. Derived from a count of k-blocks (it % kStages, it / kStages) they put a division by
+    // the stage count on the path from one wgmma group to the next, and where the stage count is not
+    // a power of two and the k-block is short, that set the pace: 64x64/c2 (13 stages) ran a fifth
+    // slower at 512x1024x8192, 128x128/c2 (6 stages) 5 % slower at 8192^3 (bench/NOTES.md).
+    int stage = 0;
+    uint32_t phase = 0;
     auto wg_sync = [cw] { named_barrier_sync(1 + cw, 128); };
     while (sched.next_tile(false, issuer, rank, wg_sync, m_block, n_block)) {
       const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
@@ -315,8 +321,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       // One k-block: wait for its stage, issue its wgmma group, run `under_mma` while it computes,
       // then retire k-block kb - 1 and release that stage.
       auto kblock = [&](int kb, auto&& under_mma) {
-        const int s = it % kStages;
-        const uint32_t parity = (it / kStages) & 1;
+        const int s = stage;
+        const uint32_t parity = phase;
         if (!mbarrier_try_wait(full(s), parity)) {  // the tensor cores may starve here: record it
           const uint32_t from = rec.now();
           mbarrier_wait(full(s), parity, WaitSite{uint32_t(Role::CONSUMER), kFullBarrier, tile, uint32_t(kb)});
@@ -325,17 +331,30 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         if (kb == kb0) mma_start = rec.now();  // the tile's first issue
         wgmma_fence();
+        // Operand descriptors. Where a consumer holds at most 64 accumulators a thread, the stage's
+        // are built once and a k16 step adds its 32 bytes (2 in the descriptor's 16-byte address
+        // field, which no shared-memory address here overflows): 4 % off 64x64/c2's time. The tiles
+        // with 128 rebuild them per wgmma; the other way ptxas spills their profiled builds.
+        constexpr bool kDescPerStage = T::kRowGroups * WN <= 128;
+        const uint64_t stage_a = make_desc_sw128(smem_a(s) + T::row0(cw) * 128);
+        const uint64_t stage_b = make_desc_sw128(smem_b(s) + T::col0(cw) * 128);
+        auto desc_a = [&](int g, int k16) {
+          const int offset = (T::row0(cw) + g * 64) * 128 + k16 * 32;
+          return kDescPerStage ? stage_a + (offset - T::row0(cw) * 128) / 16 : make_desc_sw128(smem_a(s) + offset);
+        };
+        auto desc_b = [&](int k16) {
+          return kDescPerStage ? stage_b + k16 * 32 / 16 : make_desc_sw128(smem_b(s) + T::col0(cw) * 128 + k16 * 32);
+        };
 #pragma unroll
         for (int k16 = 0; k16 < BK / 16; ++k16)
 #pragma unroll
           for (int g = 0; g < T::kRowGroups; ++g)
-            wgmma_bf16<WN>(acc[g], make_desc_sw128(smem_a(s) + (T::row0(cw) + g * 64) * 128 + k16 * 32),
-                           make_desc_sw128(smem_b(s) + T::col0(cw) * 128 + k16 * 32), (kb > kb0 || k16 > 0) ? 1 : 0);
+            wgmma_bf16<WN>(acc[g], desc_a(g, k16), desc_b(k16), (kb > kb0 || k16 > 0) ? 1 : 0);
         wgmma_commit();
         under_mma();
-        wgmma_wait<1>();  // k-block it - 1 has retired; it stays queued
-        if (kb > kb0) release((it - 1) % kStages);
-        ++it;
+        wgmma_wait<1>();  // the k-block before has retired; this one stays queued
+        if (kb > kb0) release(s == 0 ? kStages - 1 : s - 1);
+        if (++stage == kStages) stage = 0, phase ^= 1;
       };
 #pragma unroll
       for (int p = 0; p < T::kPanels; ++p)
@@ -352,7 +371,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // zero instead of writing zeros into the accumulators, which would make ptxas serialize every
       // wgmma of the kernel.)
       if (T::kSplitK == 1 || nkb > 0) {
-        release((it - 1) % kStages);
+        release(stage == 0 ? kStages - 1 : stage - 1);  // the unit's last k-block's stage
         rec.record_span(Tag::MMA, mma_start, t, tile, kb0);
         rec.poll();
       }
