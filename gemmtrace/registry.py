@@ -193,9 +193,7 @@ KERNELS: dict[str, KernelSpec] = {
             tiles=("128x256/c2", "256x128/c2", "128x192/c2", "128x128/c2", "128x128/c1", "64x256/c1", "64x128/c1",
                    "128x128/k2", "64x64/c1", "64x64/c2"),
             rule=(
-                "64x64 tiles are weighed only where the shape is memory-bound (M N K / (M K + N K + M N) under 250 "
-                "flops a byte, about the H100's compute over its HBM bandwidth); "
-                "for each tile, partition the work as the stream-K scheduler would (whole tiles for full waves, the "
+                "tiles taller than M or wider than N (rounded up to 64) are not weighed; for each other tile, partition the work as the stream-K scheduler would (whole tiles for full waves, the "
                 "rest split only where that promises at least 10 % fewer k-blocks on the busiest cluster) and take "
                 "the k-blocks of the busiest cluster, counting 2 per partial tile it moves and every split k-block "
                 "2 times (split ranges stop sharing operands in L2); multiply by the tile's area over 128x256 and "

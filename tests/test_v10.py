@@ -65,22 +65,26 @@ def test_rule_follows_the_shape_not_a_list(v10):
         assert all(costs[i] >= costs[chosen] * 0.98 - 1e-9 for i in range(chosen)), (shape, costs, chosen)
 
 
-def test_64x64_tiles_only_where_the_shape_is_memory_bound(v10):
-    """Tiles 9 and 10 are weighed only under 250 flops a byte (docs/kernels.md, step 0)."""
+def test_64x64_tiles_where_they_make_one_wave_of_whole_tiles(v10):
+    """Tiles 9 and 10 are weighed on every shape (docs/kernels.md) and win where 128 of them fill one
+    wave and larger tiles would split a long K; on large grids they are the slowest tiles per flop.
+    Tiles taller than M (or wider than N) are not weighed."""
     import math
 
     small = [i for i, t in enumerate(registry.get("v10").tiles) if t.startswith("64x64/")]
     assert len(small) == 2
-    for m, n, k in [(512, 1024, 8192), (4096, 4096, 4096), (1000, 1496, 520), (2048, 2048, 2048), (384, 4096, 8192)]:
-        assert m * n * k >= 250 * (m * k + n * k + m * n)
-        costs = [c for _t, c in v10.tile_family(v10.args(m, n, k, num_sms=132))]
-        assert all(math.isinf(costs[i]) for i in small) and not any(math.isinf(c) for i, c in enumerate(costs) if i not in small)
-        assert v10.plan(v10.args(m, n, k, num_sms=132)).variant - 1 not in small
-    # Memory-bound, with 128 whole 64x64 tiles in one wave: M of 64 (one row of tiles, clusters of
-    # one) and N of 64 (one column: the cluster along M shares B).
-    assert _choice(v10, 64, 8192, 4096)[0] == "64x64/c1"
+    for shape in [(512, 1024, 8192), (4096, 4096, 4096)]:
+        assert all(math.isfinite(c) for _t, c in v10.tile_family(v10.args(*shape, num_sms=132)))
+    for m, n in [(64, 12288), (8192, 64)]:  # only the 64-row (64-wide) tiles fit
+        for (bm, bn, _cl, _st, _k), c in v10.tile_family(v10.args(m, n, 4096, num_sms=132)):
+            assert math.isfinite(c) == (bm <= m and bn <= max(n, 64)), (m, n, bm, bn, c)
+    # 128 whole tiles in one wave: clusters of two along M where there are several tile rows, clusters
+    # of one where M is 64 (one row of tiles).
+    assert _choice(v10, 512, 1024, 8192)[0] == "64x64/c2"
     assert _choice(v10, 8192, 64, 8192)[0] == "64x64/c2"
-    assert all(math.isfinite(c) for _t, c in v10.tile_family(v10.args(64, 8192, 4096, num_sms=132)))
+    assert _choice(v10, 64, 8192, 4096)[0] == "64x64/c1"
+    for shape in [(4096, 4096, 4096), (2048, 2048, 2048), (8192, 8192, 4096)]:
+        assert v10.plan(v10.args(*shape, num_sms=132)).variant - 1 not in small
 
 
 def test_fewer_sms_can_change_the_choice_but_never_break_it(v10):

@@ -5,16 +5,16 @@
 // (stream_k.cuh) are instantiated for every tile of the family below instead of 128x256 alone.
 // Small tiles make more tiles where there are few (skinny M or N, small squares), 64-row tiles stop
 // computing the empty half of a 128-row tile when M is 64, clusters of one let a lone tile
-// row (M <= 128) use every SM instead of every other one, and 64x64 tiles spread a memory-bound
-// shape (a skinny M or N) over the most whole tiles in one wave.
+// row (M <= 128) use every SM instead of every other one, and 64x64 tiles make the most whole
+// tiles of one wave on few-tile shapes.
 //
-// The rule (tile_cost below; `gemmtrace list` and docs/kernels.md say it in words): 64x64 tiles
-// only where the shape is memory-bound (memory_bound below); for each tile
-// of the family, partition the work exactly as the stream-K scheduler would (whole tiles for full
-// waves, the rest split where that pays), take the k-blocks of the busiest cluster, count each
-// split k-block (and serial fix-up) kSplitKBlockCost times, and scale by the tile's time per k-block:
-// its area relative to 128x256 over its measured throughput relative to 128x256 (kThroughput). The
-// parallel fix-up is added as the fixed time it was measured to take. The tile with the smallest
+// The rule (tile_cost below; `gemmtrace list` and docs/kernels.md say it in words): for each tile
+// of the family no taller than M and no wider than N (rounded up to 64), partition the work
+// exactly as the stream-K scheduler would (whole tiles for full waves, the rest split where that
+// pays), take the k-blocks of the busiest cluster, count each split k-block (and serial fix-up)
+// kSplitKBlockCost times, and scale by the tile's time per k-block: its area relative to 128x256
+// over its measured throughput relative to 128x256 (kThroughput). The parallel fix-up is added as
+// the fixed time it was measured to take. The tile with the smallest
 // cost runs; one within 2 % of an earlier tile of the list loses to it (the list is in order of
 // preference: larger tiles, multicast clusters first). Nothing in it names a shape.
 //
@@ -32,7 +32,7 @@ using persistent::Tile;
 // The family, in order of preference. Stages: as many as fit beside the epilogue buffers.
 using T0 = Tile<128, 256, 2, 4>;  // v9's tile: the most work per byte loaded
 using T1 = Tile<256, 128, 2, 4>;  // the same area, for N too short for 256-wide tiles
-using T2 = Tile<128, 192, 2, 4>;  // three quarters of the area at 0.95 of the throughput: whole waves where 128x256 splits
+using T2 = Tile<128, 192, 2, 4>;  // three quarters of the area at 0.93 of the throughput: whole waves where 128x256 splits
 using T3 = Tile<128, 128, 2, 6>;  // half the area: twice the tiles where they are few
 using T4 = Tile<128, 128, 1, 6>;  // no cluster: a lone row of tiles (M <= 128) uses every SM
 using T5 = Tile<64, 256, 1, 4>;   // M <= 64: no empty half-tile computed
@@ -43,14 +43,14 @@ using T9 = Tile<64, 64, 2, 13>;  // the same, B shared by multicast
 constexpr int kFamily = 10;
 
 // Throughput of each tile relative to 128x256 in clusters of two, measured on the H100 with every
-// tile forced at 8192x8192x8192, whole tiles: 128x256/c2 758, 256x128/c2 712, 128x128/c2 559,
-// 128x128/c1 514 and 64x256/c1 470 TFLOP/s (bench/results/20261123-h100-v10-tile-calibration.json);
-// 128x192/c2 714 and 64x128/c1 340-349 against 750-771 for 128x256/c2 in the same processes
-// (bench/results/20261123-h100-v10-tile-matrix.json); 64x64/c1 255 and 64x64/c2 331 against 789
-// (bench/results/20261124-h100-v10-64x64-tiles.json). The
-// 64-row and 128-wide tiles are slower per flop: each k16 step reads its A and B from shared memory
-// for a narrower wgmma, so shared-memory bandwidth, not the tensor cores, sets their pace.
-constexpr double kThroughput[kFamily] = {1.00, 0.94, 0.95, 0.74, 0.68, 0.62, 0.45, 0.60, 0.32, 0.42};
+// tile forced at 8192x8192x8192, whole tiles, in one process: 128x256/c2 750, 256x128/c2 698,
+// 128x192/c2 693, 128x128/c2 641, 128x128/c1 504, 64x256/c1 403, 64x128/c1 344, 128x128/k2 446,
+// 64x64/c1 254 and 64x64/c2 333 TFLOP/s (bench/results/20261124-h100-v10-stage-counters.json; the
+// consumer's stage counters made 128x128/c2 0.74 -> 0.85 of 128x256/c2; 128x128/k2 keeps the 0.60
+// fitted with its exchange cost below, against 0.59 measured). The 64-row and 128-wide
+// tiles are slower per flop: each k16 step reads its A and B from shared memory for a narrower
+// wgmma, so shared-memory bandwidth, not the tensor cores, sets their pace.
+constexpr double kThroughput[kFamily] = {1.00, 0.93, 0.925, 0.85, 0.67, 0.54, 0.46, 0.60, 0.34, 0.44};
 
 // A split k-block costs this many whole ones. Split ranges start at different k offsets on
 // different clusters, so the tiles in flight stop sharing their A and B panels in L2 and read them
@@ -108,24 +108,14 @@ constexpr double kblock_time(int i) { return double(T::BM) * T::BN / (128.0 * 25
 // (bench/NOTES.md).
 constexpr double kExchangeKBlocks = 3.0;
 
-// 64x64 tiles are weighed only where the problem is memory-bound: fewer flops per byte of its
-// operands and C (M N K / (M K + N K + M N) for bf16) than the H100 computes per byte it moves from
-// HBM (about 750 TFLOP/s over 3 TB/s). There the operand streamed from HBM, not the tile's
-// throughput, sets the pace, and 64x64 tiles make the most whole tiles of one wave. Elsewhere they
-// are the slowest tiles per flop (shared-memory bound), and the rule, which counts split k-blocks
-// of the larger tiles twice over, would overrate them: measured on the H100, 512x1024x8192 (328
-// flop/byte) ran 31.9-34.6 us on them against 28.2 on 128x128/c2 (bench/NOTES.md).
-constexpr double kMachineBalanceFlopPerByte = 250.0;
-bool memory_bound(const GtArgs* args) {
-  const double m = double(args->m), n = double(args->n), k = double(args->k);
-  return m * n * k < kMachineBalanceFlopPerByte * (m * k + n * k + m * n);
-}
-
 // The rule's cost of tile i: the busiest cluster's k-blocks, in 128x256 k-block times.
 double tile_cost(const GtArgs* args, int i) {
   return with_tile(i, [&](auto t) {
     using T = decltype(t);
-    if (T::BM * T::BN <= 64 * 64 && !memory_bound(args)) return std::numeric_limits<double>::infinity();
+    // A tile taller than M or wider than N (rounded up to 64) computes an empty part of every tile,
+    // and in a cluster of two along M the second CTA has no rows at all: such a tile is not weighed.
+    // (The costs below count k-blocks, not useful flops, and would not see it.)
+    if (T::BM > (args->m + 63) / 64 * 64 || T::BN > (args->n + 63) / 64 * 64) return std::numeric_limits<double>::infinity();
     const stream_k::Partition part = stream_k::partition_of<T>(args, kMinSplitGainPct, kParallelFixup<T>);
     const double per_kblock = kblock_time<T>(i);
     const int64_t busiest = part.busiest_kblocks();
