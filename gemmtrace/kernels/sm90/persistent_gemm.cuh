@@ -307,6 +307,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // slower at 512x1024x8192, 128x128/c2 (6 stages) 5 % slower at 8192^3 (bench/NOTES.md).
     int stage = 0;
     uint32_t phase = 0;
+    auto stage_before = [](int s) { return s == 0 ? kStages - 1 : s - 1; };
     auto wg_sync = [cw] { named_barrier_sync(1 + cw, 128); };
     while (sched.next_tile(false, issuer, rank, wg_sync, m_block, n_block)) {
       const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
@@ -339,8 +340,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint64_t stage_a = make_desc_sw128(smem_a(s) + T::row0(cw) * 128);
         const uint64_t stage_b = make_desc_sw128(smem_b(s) + T::col0(cw) * 128);
         auto desc_a = [&](int g, int k16) {
-          const int offset = (T::row0(cw) + g * 64) * 128 + k16 * 32;
-          return kDescPerStage ? stage_a + (offset - T::row0(cw) * 128) / 16 : make_desc_sw128(smem_a(s) + offset);
+          return kDescPerStage ? stage_a + (g * 64 * 128 + k16 * 32) / 16
+                               : make_desc_sw128(smem_a(s) + (T::row0(cw) + g * 64) * 128 + k16 * 32);
         };
         auto desc_b = [&](int k16) {
           return kDescPerStage ? stage_b + k16 * 32 / 16 : make_desc_sw128(smem_b(s) + T::col0(cw) * 128 + k16 * 32);
@@ -353,7 +354,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_commit();
         under_mma();
         wgmma_wait<1>();  // the k-block before has retired; this one stays queued
-        if (kb > kb0) release(s == 0 ? kStages - 1 : s - 1);
+        if (kb > kb0) release(stage_before(s));
         if (++stage == kStages) stage = 0, phase ^= 1;
       };
 #pragma unroll
@@ -371,7 +372,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // zero instead of writing zeros into the accumulators, which would make ptxas serialize every
       // wgmma of the kernel.)
       if (T::kSplitK == 1 || nkb > 0) {
-        release(stage == 0 ? kStages - 1 : stage - 1);  // the unit's last k-block's stage
+        release(stage_before(stage));  // the unit's last k-block's stage
         rec.record_span(Tag::MMA, mma_start, t, tile, kb0);
         rec.poll();
       }

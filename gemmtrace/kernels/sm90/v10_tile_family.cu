@@ -115,11 +115,12 @@ double tile_cost(const GtArgs* args, int i) {
     // A tile taller than M or wider than N (rounded up to 64) computes an empty part of every tile,
     // and in a cluster of two along M the second CTA has no rows at all: such a tile is not weighed.
     // (The costs below count k-blocks, not useful flops, and would not see it.)
-    if (T::BM > (args->m + 63) / 64 * 64 || T::BN > (args->n + 63) / 64 * 64) return std::numeric_limits<double>::infinity();
+    using gemmtrace::host::ceil_div;
+    if (T::BM > ceil_div(args->m, 64) * 64 || T::BN > ceil_div(args->n, 64) * 64) return std::numeric_limits<double>::infinity();
     const stream_k::Partition part = stream_k::partition_of<T>(args, kMinSplitGainPct, kParallelFixup<T>);
     const double per_kblock = kblock_time<T>(i);
     const int64_t busiest = part.busiest_kblocks();
-    const double exchanges = T::kSplitK > 1 ? kExchangeKBlocks * double((part.units + part.workers - 1) / part.workers) : 0.0;
+    const double exchanges = T::kSplitK > 1 ? kExchangeKBlocks * double(ceil_div(part.units, part.workers)) : 0.0;
     if (!part.split()) return double(busiest) * per_kblock + exchanges;
     const int64_t whole = part.whole_kblocks();
     if (!part.parallel) return (double(whole) + kSplitKBlockCost * double(busiest - whole)) * per_kblock + exchanges;
