@@ -34,7 +34,7 @@ REDUCE_REC = "t = rec.record(Tag::REDUCE, wait_end, tile, first_kb);\n    rec.po
 # The waits' records (each with its poll), recorded only when a wait outlasts mbarrier.try_wait's
 # suspension, and the polls after each unit's records. (Removing the wait records together with the
 # spans makes ptxas spill in the 128x256 tiles, which would time the spill.)
-WAIT_EMPTY_REC = "            rec.record_span(Tag::WAIT_EMPTY, wait_from, wait_to, tile, kb);\n            rec.poll();  // it waited anyway\n"
+WAIT_EMPTY_REC = "            rec.record(Tag::WAIT_EMPTY, from, tile, kb);\n            rec.poll();  // it waited anyway\n"
 WAIT_FULL_REC = "          rec.record(Tag::WAIT_FULL, from, tile, kb);\n          rec.poll();  // it waited anyway\n"
 TMA_POLL = (TMA_REC + "\n        rec.poll();\n", TMA_REC + "\n")
 MMA_POLL = (MMA_REC + "\n        rec.poll();\n", MMA_REC + "\n")

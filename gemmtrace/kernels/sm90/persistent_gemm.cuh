@@ -202,7 +202,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     // One elected lane runs the whole load loop: waiting, issuing and recording with no warp-wide
     // reconvergence per k-block (recording from the full warp here cost v4 14.5% at 4096^3).
     if (warp == 0 && lane == 0) {
-      int it = 0;  // k-blocks loaded so far, across tiles: stage = it % kStages
+      int it = 0;  // k-blocks loaded so far, across tiles
+      // The next stage to load and the parity of its empty barrier's phase to wait for, kept as
+      // counters like the consumers' (deriving them from `it` put a division by the stage count on
+      // the lone issuing lane's path from one k-block's loads to the next).
+      int stage = 0;
+      uint32_t phase = 1;
       while (true) {
         const bool more = sched.next_tile(true, true, rank, [] {}, m_block, n_block);
         const uint32_t tile = more ? uint32_t(m_block) * grid_n + n_block : kNoTile;
@@ -217,15 +222,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         // stage was not free. Recording (and polling) every k-block's issue cost the 128x128 tiles
         // 11 points at 4096^3: the lone producer lane is on the loads' critical path (bench/NOTES.md).
         for (int kb = kb0; kb < kb1; ++kb, ++it) {
-          const int s = it % kStages;
-          const uint32_t parity = ((it / kStages) & 1) ^ 1;
-          // A wait for a free stage is recorded only when the stage was not already free.
-          const bool was_free = mbarrier_try_wait(empty(s), parity);
-          uint32_t wait_from = 0, wait_to = 0;  // set only when the stage was not free
-          if (!was_free) {
-            wait_from = rec.now();
+          const int s = stage;
+          const uint32_t parity = phase;
+          if (++stage == kStages) stage = 0, phase ^= 1;
+          // A wait for a free stage is recorded only when it outlasts try_wait's own suspension, and
+          // right where it ends, before the loads: stored after them (behind a was-free flag) the
+          // record made ptxas lay the loop out around it, and that cost the profiled 64x64/c2 tile a
+          // fifth of its time at 512x1024x8192 where no such wait happened (bench/NOTES.md).
+          if (!mbarrier_try_wait(empty(s), parity)) {
+            const uint32_t from = rec.now();
             mbarrier_wait(empty(s), parity, WaitSite{uint32_t(Role::PRODUCER), kEmptyBarrier, tile, uint32_t(kb)});
-            wait_to = rec.now();
+            rec.record(Tag::WAIT_EMPTY, from, tile, kb);
+            rec.poll();  // it waited anyway
           }
           if (!debug_drop_load(it)) {
             // This CTA's full barrier counts its own A and all of B (its own half and, in a
@@ -237,10 +245,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                                     n_block * BN + rank * (BN / kCluster), uint16_t((1u << kCluster) - 1));
             else
               tma_load_2d(smem_b(s), &tmap_b, full(s), kb * BK, n_block * BN);
-          }
-          if (!was_free) {
-            rec.record_span(Tag::WAIT_EMPTY, wait_from, wait_to, tile, kb);
-            rec.poll();  // it waited anyway
           }
         }
         t = rec.record(Tag::TMA_ISSUE, t, tile, kb0);
@@ -255,7 +259,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       // landed: this CTA's consumers waited for each of them. Unbounded: if it never ends, a
       // consumer is stuck in a bounded wait, and that wait's report names the cause.
       if constexpr (kCluster > 1)
-        for (int i = 0; i < kStages; ++i, ++it) mbarrier_wait_unbounded(empty(it % kStages), ((it / kStages) & 1) ^ 1);
+        for (int i = 0; i < kStages; ++i) {
+          mbarrier_wait_unbounded(empty(stage), phase);
+          if (++stage == kStages) stage = 0, phase ^= 1;
+        }
       sched.on_exit(rank);
     }
   } else if (wg - 1 >= T::kParts) {  // ---------------- an idle consumer (64x64 tiles) ----------------
@@ -324,6 +331,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto kblock = [&](int kb, auto&& under_mma) {
         const int s = stage;
         const uint32_t parity = phase;
+        // Operand descriptors. Where a consumer holds at most 64 accumulators a thread, the stage's
+        // are built once and a k16 step adds its 32 bytes (2 in the low word's 16-byte address
+        // field, which no shared-memory address here overflows; the high word does not depend on
+        // the address): 4 % off 64x64/c2's time. The tiles with 128 rebuild them per wgmma; the
+        // other way ptxas spills their profiled builds. The stage's low words are pinned before
+        // the wait (the empty asm), as they do not depend on it: the plain build's scheduler moves
+        // them there by itself, but in the profiled one the wait's recording branch stops it, and
+        // built after the wait they sat between the data's arrival and the first wgmma, which cost
+        // the profiled 64x64 tiles 5-15 % on short k-loops (bench/NOTES.md).
+        constexpr bool kDescPerStage = T::kRowGroups * WN <= 128;
+        const uint64_t desc_high = make_desc_sw128(0) & ~uint64_t(0xFFFFFFFFu);
+        uint32_t stage_a = uint32_t(make_desc_sw128(smem_a(s) + T::row0(cw) * 128));
+        uint32_t stage_b = uint32_t(make_desc_sw128(smem_b(s) + T::col0(cw) * 128));
+        if constexpr (kDescPerStage) asm volatile("" : "+r"(stage_a), "+r"(stage_b));
+        auto desc_a = [&](int g, int k16) {
+          return kDescPerStage ? desc_high | (stage_a + (g * 64 * 128 + k16 * 32) / 16)
+                               : make_desc_sw128(smem_a(s) + (T::row0(cw) + g * 64) * 128 + k16 * 32);
+        };
+        auto desc_b = [&](int k16) {
+          return kDescPerStage ? desc_high | (stage_b + k16 * 32 / 16)
+                               : make_desc_sw128(smem_b(s) + T::col0(cw) * 128 + k16 * 32);
+        };
         if (!mbarrier_try_wait(full(s), parity)) {  // the tensor cores may starve here: record it
           const uint32_t from = rec.now();
           mbarrier_wait(full(s), parity, WaitSite{uint32_t(Role::CONSUMER), kFullBarrier, tile, uint32_t(kb)});
@@ -332,20 +361,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         if (kb == kb0) mma_start = rec.now();  // the tile's first issue
         wgmma_fence();
-        // Operand descriptors. Where a consumer holds at most 64 accumulators a thread, the stage's
-        // are built once and a k16 step adds its 32 bytes (2 in the descriptor's 16-byte address
-        // field, which no shared-memory address here overflows): 4 % off 64x64/c2's time. The tiles
-        // with 128 rebuild them per wgmma; the other way ptxas spills their profiled builds.
-        constexpr bool kDescPerStage = T::kRowGroups * WN <= 128;
-        const uint64_t stage_a = make_desc_sw128(smem_a(s) + T::row0(cw) * 128);
-        const uint64_t stage_b = make_desc_sw128(smem_b(s) + T::col0(cw) * 128);
-        auto desc_a = [&](int g, int k16) {
-          return kDescPerStage ? stage_a + (g * 64 * 128 + k16 * 32) / 16
-                               : make_desc_sw128(smem_a(s) + (T::row0(cw) + g * 64) * 128 + k16 * 32);
-        };
-        auto desc_b = [&](int k16) {
-          return kDescPerStage ? stage_b + k16 * 32 / 16 : make_desc_sw128(smem_b(s) + T::col0(cw) * 128 + k16 * 32);
-        };
 #pragma unroll
         for (int k16 = 0; k16 < BK / 16; ++k16)
 #pragma unroll
