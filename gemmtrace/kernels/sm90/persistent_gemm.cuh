@@ -227,8 +227,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (++stage == kStages) stage = 0, phase ^= 1;
           // A wait for a free stage is recorded only when it outlasts try_wait's own suspension, and
           // right where it ends, before the loads: stored after them (behind a was-free flag) the
-          // record made ptxas lay the loop out around it, and that cost the profiled 64x64/c2 tile a
-          // fifth of its time at 512x1024x8192 where no such wait happened (bench/NOTES.md).
+          // record made ptxas lay the loop out around it, and that cost the profiled 64x64/c2 tile
+          // 11 points at 512x1024x8192, where no such wait was ever recorded (bench/NOTES.md).
           if (!mbarrier_try_wait(empty(s), parity)) {
             const uint32_t from = rec.now();
             mbarrier_wait(empty(s), parity, WaitSite{uint32_t(Role::PRODUCER), kEmptyBarrier, tile, uint32_t(kb)});
@@ -338,8 +338,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         // other way ptxas spills their profiled builds. The stage's low words are pinned before
         // the wait (the empty asm), as they do not depend on it: the plain build's scheduler moves
         // them there by itself, but in the profiled one the wait's recording branch stops it, and
-        // built after the wait they sat between the data's arrival and the first wgmma, which cost
-        // the profiled 64x64 tiles 5-15 % on short k-loops (bench/NOTES.md).
+        // built after the wait they sat between the data's arrival and the first wgmma (1-2 % of
+        // the profiled 64x64/c2's time on the H100; bench/NOTES.md).
         constexpr bool kDescPerStage = T::kRowGroups * WN <= 128;
         const uint64_t desc_high = make_desc_sw128(0) & ~uint64_t(0xFFFFFFFFu);
         uint32_t stage_a = uint32_t(make_desc_sw128(smem_a(s) + T::row0(cw) * 128));
