@@ -120,3 +120,31 @@ def test_ptxas_parser_reads_spills():
     )
     (r,) = parse_ptxas(log)
     assert (r.registers, r.smem_bytes, r.stack_bytes, r.spills, r.profiled) == (168, 1024, 16, 20, True)
+
+
+@pytest.mark.parametrize("sites", [1, 3])
+def test_staged_recorder_poll_is_one_bulk_copy_a_call_site(tmp_path, sites):
+    """poll() keeps its copy loop rolled: one cp.async.bulk per call site (finish() adds its own poll,
+    the partial half and the header: three). Unrolled, each site took four copies and some 150
+    instructions, and that code, never run, reshaped the persistent kernels' loops (bench/NOTES.md)."""
+    from gemmtrace.paths import INCLUDE_DIR
+
+    polls = "\n".join(f"    if (i % {sites} == {j}) rec.poll();" for j in range(sites))
+    src = tmp_path / "k.cu"
+    src.write_text(f"""#include "gemmtrace/profiler.cuh"
+__global__ void k(gemmtrace::ProfileBuffer prof, int n) {{
+  extern __shared__ __align__(16) unsigned char smem[];
+  gemmtrace::Recorder<true, 32> rec;
+  rec.init(prof, 0, gemmtrace::Role::CONSUMER, static_cast<uint32_t>(__cvta_generic_to_shared(smem)));
+  uint32_t t = rec.now();
+  for (int i = 0; i < n; ++i) {{
+    t = rec.record(gemmtrace::Tag::MMA, t, i);
+{polls}
+  }}
+  rec.finish();
+}}
+""")
+    ptx = tmp_path / "k.ptx"
+    subprocess.run([nvcc_path(), "-arch=sm_90a", f"-I{INCLUDE_DIR}", "-ptx", str(src), "-o", str(ptx)], check=True,
+                   capture_output=True)
+    assert ptx.read_text().count("cp.async.bulk.global.shared") == sites + 3
