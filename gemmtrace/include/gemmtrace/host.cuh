@@ -91,9 +91,9 @@ inline int encode_bf16_tmap(CUtensorMap* map, const void* ptr, uint32_t rank, co
   uint32_t elem_strides[5] = {1, 1, 1, 1, 1};
   // L2 promotion: 256 bytes where every row starts on a 128-byte line (a box row is then half of a
   // 256-byte block, the other half the next k-block's), 128 bytes (a box row) where rows do not.
-  // There 256 made a row fetch two blocks for one, and cost up to a quarter of the kernel's time:
-  // on the H100 4096x4096x4104 ran 217 us against 184 with 128 (4096^3: 174), 6144x6144x1096 141
-  // against 126 (bench/NOTES.md).
+  // There 256 cost up to a quarter of the kernel's time, most where rows also miss 32-byte sectors
+  // (K = 8 mod 16): on the H100 4096x4096x4104 ran 217 us against 184 with 128 (4096^3: 174),
+  // 6144x6144x1096 141 against 126 (bench/NOTES.md).
   const bool rows_on_lines = rank < 2 || strides[0] % 128 == 0;  // strides[0]: dimension 1's, the rows'
   const CUtensorMapL2promotion promotion = rows_on_lines ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B : CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
   CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(ptr), dims, strides, box,
