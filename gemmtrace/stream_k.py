@@ -26,8 +26,9 @@ class Partition:
     workers: int  # clusters launched
     dp_tiles: int  # entries [0, dp_tiles) are whole tiles; the rest are split
     sk_base: int  # split k-blocks per cluster ...
-    sk_extra: int  # ... plus one for clusters below this
-    parallel: bool = False  # fewer tiles than clusters: every tile split over all, reduced together (v10)
+    sk_extra: int  # ... plus one for clusters below this (parallel: per segment of a tile, and its first ones)
+    parallel: int = 0  # fewer tiles than clusters (v10): the segments of every tile, each tile cut on its
+    #                    own, its segments reducing it together; 0: the serial partition
 
     @property
     def split(self) -> bool:
@@ -44,12 +45,19 @@ class Partition:
         return whole + self.sk_base + (self.sk_extra > 0) + FIXUP_KBLOCKS * -(-self.workers // split_tiles)
 
     def sk_begin(self, w: int) -> int:
+        """The first split k-block of cluster w's range."""
+        if self.parallel:
+            t, q = divmod(w, self.parallel)
+            return t * self.num_kb + q * self.sk_base + min(q, self.sk_extra)
         return w * self.sk_base + min(w, self.sk_extra)
 
     def owner(self, g: int) -> int:
         """The cluster whose range holds split k-block g."""
+        t = 0
+        if self.parallel:
+            t, g = divmod(g, self.num_kb)
         big = self.sk_extra * (self.sk_base + 1)
-        return g // (self.sk_base + 1) if g < big else self.sk_extra + (g - big) // self.sk_base
+        return t * self.parallel + (g // (self.sk_base + 1) if g < big else self.sk_extra + (g - big) // self.sk_base)
 
     def units_of(self, w: int) -> list[tuple[int, int, int]]:
         """Cluster w's units in the order it runs them: whole tiles, then its range of split k-blocks."""
@@ -82,19 +90,22 @@ class Partition:
 
 
 def partition(units: int, num_kb: int, max_workers: int, min_gain_pct: int = 0,
-              parallel_fixup: bool = False) -> Partition:
+              parallel_fixup: bool = False, hbm_segments: int = 0) -> Partition:
     """The kernel's make_partition: the serial partition below, or with `parallel_fixup` and fewer
-    tiles than clusters every tile cut over all the clusters, whichever leaves the busiest cluster
-    fewer k-blocks (the parallel fix-up counted as PARALLEL_FIXUP_KBLOCKS)."""
+    tiles than clusters every tile cut on its own into floor(clusters / tiles) segments, one cluster
+    each, whichever leaves the busiest cluster fewer k-blocks (the parallel fix-up counted as
+    PARALLEL_FIXUP_KBLOCKS); at most `hbm_segments` segments a tile where that is given."""
     serial = _serial_partition(units, num_kb, max_workers, min_gain_pct)
     w_all = max(1, max_workers)
     if not parallel_fixup or units >= w_all or units * num_kb > _MAX_SPLIT_ITERS:
         return serial
-    iters = units * num_kb
-    workers = min(w_all, iters)
-    busiest = -(-iters // workers) + PARALLEL_FIXUP_KBLOCKS
+    segments = min(w_all // units, num_kb)
+    if hbm_segments > 0:
+        segments = min(segments, hbm_segments)
+    p = Partition(units, num_kb, units * segments, 0, num_kb // segments, num_kb % segments, segments)
+    busiest = p.busiest_kblocks()
     if busiest < serial.busiest_kblocks() and busiest * 100 < num_kb * (100 - min_gain_pct):
-        return Partition(units, num_kb, workers, 0, iters // workers, iters % workers, True)
+        return p
     return serial
 
 
@@ -123,6 +134,16 @@ def _serial_partition(units: int, num_kb: int, max_workers: int, min_gain_pct: i
     return Partition(units, num_kb, workers, units - split_tiles, iters // workers, iters % workers)
 
 
+# The H100's HBM bandwidth over one SM's TMA intake (the kernel's kHbmOverSmIntake).
+HBM_OVER_SM_INTAKE = 35.0
+
+
+def hbm_segments(m: int, n: int, bm: int, bn: int) -> int:
+    """The kernel's hbm_segments: the parallel fix-up's most segments a tile, as many as it takes for
+    their SMs to draw the operands in as fast as HBM delivers them."""
+    return math.ceil((bm + bn) / (m + n) * HBM_OVER_SM_INTAKE)
+
+
 def for_shape(m: int, n: int, k: int, sms: int = 132, tile: tuple[int, int, int] = (128, 256, 64),
               cluster: int = 2, min_gain_pct: int = 0, parallel_fixup: bool = False, split_k: int = 1) -> Partition:
     """The partition v9 (or v10, with its tile and min_gain_pct=10) uses for an (M, N, K) GEMM on
@@ -130,14 +151,21 @@ def for_shape(m: int, n: int, k: int, sms: int = 132, tile: tuple[int, int, int]
     tiles), so clusters of cluster * split_k CTAs."""
     bm, bn, bk = tile
     units = math.ceil(math.ceil(m / bm) / cluster) * math.ceil(n / bn)
-    return partition(units, math.ceil(k / bk), max(1, sms // (cluster * split_k)), min_gain_pct, parallel_fixup)
+    return partition(units, math.ceil(k / bk), max(1, sms // (cluster * split_k)), min_gain_pct, parallel_fixup,
+                     hbm_segments(m, n, bm, bn))
+
+
+def flag_ints(p: Partition, cluster: int = 2, consumers: int = 2) -> int:
+    """The flags (or the parallel fix-up's counts) at the start of the workspace, in int32s."""
+    return (2 * p.units if p.parallel else p.workers) * cluster * consumers
 
 
 def workspace_bytes(p: Partition, cluster: int = 2, consumers: int = 2, slot_floats: int = 64 * 256) -> int:
-    """Device memory v9 needs for `p`: a flag per (cluster, rank, consumer warpgroup), padded to 1 KB,
-    then one fp32 slot for each."""
+    """Device memory v9 and v10 need for `p`: a flag per (cluster, rank, consumer warpgroup), or under
+    the parallel fix-up two counts per (tile, rank, consumer warpgroup), padded to 1 KB; then an fp32
+    slot per (cluster, rank, consumer warpgroup)."""
     if not p.split:
         return 0
-    slots = p.workers * (2 if p.parallel else 1) * cluster * consumers
-    ints = slots + (p.units * cluster * consumers if p.parallel else 0)  # the flags, then per-tile counts
+    slots = p.workers * cluster * consumers
+    ints = flag_ints(p, cluster, consumers)
     return -(-ints * 4 // 1024) * 1024 + slots * slot_floats * 4

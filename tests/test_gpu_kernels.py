@@ -256,9 +256,23 @@ def test_stream_k_correct_and_bitwise_reproducible(libs, kernel, variant, shape)
     assert rel < 1e-2, rel
     for c in outs[1:]:
         assert torch.equal(c.view(torch.int16), outs[0].view(torch.int16)), "two launches differ"
-    if ws is not None:  # every flag consumed and cleared by the CTA that finished its tile
-        flags = ws[: plan.grid_ctas * 2 * 4].view(torch.int32)
-        assert int(flags.abs().sum().item()) == 0
+    if ws is not None:  # every flag (or count) consumed and cleared by the kernel
+        flags = ws[: _flag_ints(kernel, plan, shape, torch.cuda.get_device_properties(0).multi_processor_count) * 4]
+        assert int(flags.view(torch.int32).abs().sum().item()) == 0
+
+
+def _flag_ints(kernel, plan, shape, sms):
+    """The flags at the start of a stream-K workspace, from the Python mirror of the partition (which
+    tests/test_stream_k.py and tests/test_v10.py check against the kernel's own)."""
+    from gemmtrace.stream_k import flag_ints, for_shape
+
+    if kernel == "v9":
+        return flag_ints(for_shape(*shape, sms=sms))
+    parallel = plan.tile_m * plan.tile_n <= 128 * 128 and plan.split_k == 1  # v10's kParallelFixup
+    p = for_shape(*shape, sms=sms, tile=(plan.tile_m, plan.tile_n, 64), cluster=plan.cluster, min_gain_pct=10,
+                  parallel_fixup=parallel, split_k=plan.split_k)
+    parts = 1 if plan.tile_m * plan.tile_n == 64 * 64 else 2  # consumer warpgroups that compute
+    return flag_ints(p, plan.cluster * plan.split_k, parts)
 
 
 def test_v9_refuses_to_launch_without_its_workspace(v9_lib):

@@ -17,7 +17,8 @@ GRID = [(u, kb, w) for u in (1, 2, 5, 31, 65, 66, 67, 131, 132, 133, 200, 1000) 
 
 
 def all_partitions():
-    return [for_shape(*s) for s in SHAPES] + [partition(*g) for g in GRID]
+    return ([for_shape(*s) for s in SHAPES] + [partition(*g) for g in GRID]
+            + [partition(*g, parallel_fixup=True) for g in GRID])
 
 
 def check(p: Partition):
@@ -65,6 +66,25 @@ def check(p: Partition):
 @pytest.mark.parametrize("p", all_partitions(), ids=lambda p: f"u{p.units}-kb{p.num_kb}-w{p.workers}")
 def test_partition_covers_balances_and_orders(p):
     check(p)
+
+
+@pytest.mark.parametrize("units,num_kb,workers", [(2, 256, 66), (4, 128, 40), (3, 128, 66), (9, 128, 132),
+                                                   (1, 1024, 132), (5, 7, 66), (65, 64, 66), (2, 3, 66)])
+def test_parallel_partition_cuts_each_tile_on_its_own(units, num_kb, workers):
+    """Under the parallel fix-up no cluster straddles two tiles (one that did published two partials
+    and summed two slices in turn while the next tile waited): every tile has floor(W / U) segments
+    (at most its k-blocks), one cluster each, of sizes differing by at most one."""
+    p = partition(units, num_kb, workers, parallel_fixup=True)
+    if not p.parallel:  # the serial partition won (few k-blocks a tile)
+        return
+    segments = min(workers // units, num_kb)
+    assert p.parallel == segments and p.workers == units * segments <= workers
+    for w in range(p.workers):
+        (e, lo, hi), = p.units_of(w)  # one unit a cluster
+        assert e == w // segments
+    for e in range(units):
+        sizes = [hi - lo for _w, lo, hi in p.segments(e)]
+        assert len(sizes) == segments and max(sizes) - min(sizes) <= 1
 
 
 def test_rule_on_the_shapes_it_is_for():

@@ -37,6 +37,12 @@ __device__ __forceinline__ int32_t flag_add_acq_rel(int32_t* flag, int32_t value
   return old;
 }
 
+// An add at gpu scope with release semantics, result unused: counts a publication that readers
+// await with flag_wait (the release covers what this thread, and through bar.sync its group, wrote).
+__device__ __forceinline__ void flag_add_release(int32_t* flag, int32_t value) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(flag), "r"(value) : "memory");
+}
+
 // A store nobody synchronizes on (resetting a flag that only this thread reads again).
 __device__ __forceinline__ void flag_store_relaxed(int32_t* flag, int32_t value) {
   asm volatile("st.relaxed.gpu.global.s32 [%0], %1;" ::"l"(flag), "r"(value) : "memory");

@@ -16,9 +16,13 @@
 // - the split is kept only where it beats whole tiles by the same count: fewer k-blocks on the
 //   busiest cluster plus 2 per partial its tiles move, else every tile is whole. v10 asks for a
 //   gain of at least kMinGainPct percent.
-// - v10 only (kParallelFixup): when U < W it also weighs cutting every tile over all W clusters,
-//   each segment then summing a slice of its tile (the parallel fix-up, fixup_parallel below), and
-//   takes whichever partition leaves the busiest cluster fewer k-blocks.
+// - v10 only (kParallelFixup): when U < W it also weighs cutting every tile into S segments of its
+//   own, one cluster each (U * S clusters run; S = floor(W / U), or fewer where that many would
+//   only wait on HBM: hbm_segments below), each segment then summing a slice
+//   of its tile (the parallel fix-up, fixup_parallel below), and takes whichever partition leaves
+//   the busiest cluster fewer k-blocks. Each tile is cut on its own so that no cluster straddles two
+//   tiles: one that did published two partials and summed two slices, one after the other, while
+//   the next tile's segments waited for it (up to 5 us at 256x512x8192, bench/NOTES.md).
 // A unit is the part of one tile in one cluster's range. The unit holding a tile's k-block 0 is the
 // last unit of its cluster's range; it finishes the tile. Every other unit of a split tile is the
 // first unit of its cluster's range (a range starts inside a tile only there): it stores its fp32
@@ -36,10 +40,11 @@
 // element per partial: the same additions in the same order every run.
 //
 // Workspace (GtArgs.workspace, GtPlan.workspace_bytes, zeroed once): a flag per (cluster, rank,
-// consumer warpgroup), then a WM x WN fp32 slot for each (the warpgroup's part of the tile); two of
-// each, and a count per tile, under the parallel fix-up. The finishing warpgroup resets each flag it
-// consumed (under the parallel fix-up, the last one done reading a tile), so the workspace is all
-// zero flags again when the kernel ends. Where every tile is split, partials are written evict-last
+// consumer warpgroup) (under the parallel fix-up instead two counts per tile, rank and consumer
+// warpgroup), then a WM x WN fp32 slot for each cluster, rank and consumer warpgroup (its part of
+// the tile). The finishing warpgroup resets each flag it consumed (under the parallel fix-up, the
+// last one done reading a tile resets its counts), so the workspace is all zero flags again when
+// the kernel ends. Where every tile is split, partials are written evict-last
 // and read evict-first in L2 (partial_store_policy below).
 #pragma once
 #include <cmath>
@@ -81,17 +86,32 @@ struct Partition {
   int workers;   // clusters launched
   int dp_tiles;  // entries [0, dp_tiles) are whole tiles; the rest are split
   int sk_base, sk_extra;  // split k-blocks per cluster: sk_base, plus one for clusters < sk_extra
-  int parallel;  // 1: fewer tiles than clusters, every tile split, all segments reduce together
+                          // (parallel: per segment of a tile, plus one for its first sk_extra)
+  int parallel;  // 0, or the segments of every tile under the parallel fix-up (fewer tiles than
+                 // clusters: every tile split, cut on its own, its segments reduce it together)
 
-  __host__ __device__ int sk_begin(int w) const { return w * sk_base + (w < sk_extra ? w : sk_extra); }
+  // The first split k-block of cluster w's range. (kMayCutPerTile: false in the kernels of the
+  // schedulers that never take the parallel fix-up, which then carry no code for it.)
+  template <bool kMayCutPerTile = true>
+  __host__ __device__ int sk_begin(int w) const {
+    if (kMayCutPerTile && parallel) {
+      const int t = w / parallel, q = w - t * parallel;
+      return t * num_kb + q * sk_base + (q < sk_extra ? q : sk_extra);
+    }
+    return w * sk_base + (w < sk_extra ? w : sk_extra);
+  }
   // The cluster whose range holds split k-block g.
+  template <bool kMayCutPerTile = true>
   __host__ __device__ int owner(int g) const {
+    int t = 0;
+    if (kMayCutPerTile && parallel) t = g / num_kb, g -= t * num_kb;
     const int big = sk_extra * (sk_base + 1);
-    return g < big ? g / (sk_base + 1) : sk_extra + (g - big) / sk_base;
+    return t * parallel + (g < big ? g / (sk_base + 1) : sk_extra + (g - big) / sk_base);
   }
   // Cluster w's unit after `u` (start from Unit{-1, 0, 0}): whole tiles w, w + workers, ... below
   // dp_tiles, then its range of split k-blocks, one unit per tile it touches. Only the current unit
   // is kept (three registers): the position in the split sequence follows from it.
+  template <bool kMayCutPerTile = true>
   __host__ __device__ bool next(int w, Unit& u) const {
     int g;  // the next split k-block
     if (u.entry < dp_tiles) {
@@ -100,11 +120,11 @@ struct Partition {
         u = Unit{dp, 0, num_kb};
         return true;
       }
-      g = sk_begin(w);
+      g = sk_begin<kMayCutPerTile>(w);
     } else {
       g = (u.entry - dp_tiles) * num_kb + u.kb_end;
     }
-    const int g_end = sk_begin(w + 1);
+    const int g_end = sk_begin<kMayCutPerTile>(w + 1);
     if (g >= g_end) return false;
     const int t = g / num_kb;
     u.entry = dp_tiles + t;
@@ -113,7 +133,8 @@ struct Partition {
     return true;
   }
   // A split tile's finishing unit waits for the clusters (w, last]: the owners of its other segments.
-  __host__ __device__ int last_partner(int entry) const { return owner((entry - dp_tiles + 1) * num_kb - 1); }
+  template <bool kMayCutPerTile = true>
+  __host__ __device__ int last_partner(int entry) const { return owner<kMayCutPerTile>((entry - dp_tiles + 1) * num_kb - 1); }
   bool split() const { return dp_tiles < units; }
   // The k-blocks of the busiest cluster's whole tiles.
   int64_t whole_kblocks() const { return (int64_t(dp_tiles) + workers - 1) / workers * num_kb; }
@@ -153,25 +174,24 @@ inline Partition make_serial_partition(int units, int num_kb, int max_workers, i
   return Partition{units, num_kb, workers, units - split_tiles, int(iters / workers), int(iters % workers), 0};
 }
 
-inline Partition make_partition(int units, int num_kb, int max_workers, int min_gain_pct, bool parallel_fixup) {
+// hbm_segments: the parallel fix-up's most segments a tile (hbm_segments<T> below; 0: no limit).
+inline Partition make_partition(int units, int num_kb, int max_workers, int min_gain_pct, bool parallel_fixup,
+                                int hbm_segments = 0) {
   const Partition serial = make_serial_partition(units, num_kb, max_workers, min_gain_pct);
   const int w_all = std::max(1, max_workers);
   if (!parallel_fixup || units >= w_all || int64_t(units) * num_kb > (int64_t(1) << 30)) return serial;
-  const int64_t iters = int64_t(units) * num_kb;
-  const int workers = int(std::min<int64_t>(w_all, iters));
-  const Partition parallel{units, num_kb, workers, 0, int(iters / workers), int(iters % workers), 1};
+  int segments = std::min(w_all / units, num_kb);  // a tile's, each on its own cluster
+  if (hbm_segments > 0) segments = std::min(segments, hbm_segments);
+  const Partition parallel{units, num_kb, units * segments, 0, num_kb / segments, num_kb % segments, segments};
   const int64_t busiest = parallel.busiest_kblocks();
   if (busiest < serial.busiest_kblocks() && busiest * 100 < int64_t(num_kb) * (100 - min_gain_pct)) return parallel;
   return serial;
 }
 
-// Partial slots per cluster: one (the first unit of its range), or two under the parallel fix-up,
-// where the unit that ends a range publishes a partial too.
-inline int slots_per_worker(const Partition& part) { return part.parallel ? 2 : 1; }
 
 // The workspace keeps a slot (and a flag) per group, CTA of the cluster and computing consumer
-// warpgroup, in that order: kClusterParts<T> of them a group. A group is a cluster's slot (or, for
-// the parallel fix-up's counts, a tile).
+// warpgroup, in that order: kClusterParts<T> of them a group. A group is a cluster (or, for the
+// parallel fix-up's counts, a tile).
 template <class T>
 constexpr int kClusterParts = T::kClusterCTAs * T::kParts;
 template <class T>
@@ -179,27 +199,41 @@ __host__ __device__ constexpr int part_slot(int group, uint32_t cta, int cw) {
   return (group * T::kClusterCTAs + int(cta)) * T::kParts + cw;
 }
 
-// The flags: one per slot and (rank, consumer warpgroup); under the parallel fix-up then a count per
-// tile and (rank, consumer warpgroup); in whole KiB.
+// The flags, in whole KiB: one per cluster, rank and consumer warpgroup; under the parallel fix-up
+// instead two counts per tile, rank and consumer warpgroup (segments published, segments done
+// reading).
 template <class T>
 int64_t flag_bytes(const Partition& part) {
-  const int64_t ints = (int64_t(part.workers) * slots_per_worker(part) + (part.parallel ? part.units : 0)) *
-                       kClusterParts<T>;
+  const int64_t ints = (part.parallel ? 2 * int64_t(part.units) : int64_t(part.workers)) * kClusterParts<T>;
   return host::ceil_div(ints * 4, 1024) * int64_t(1024);
 }
 
 template <class T>
 int64_t workspace_bytes(const Partition& part) {
   if (!part.split()) return 0;
-  return flag_bytes<T>(part) +
-         int64_t(part.workers) * slots_per_worker(part) * kClusterParts<T> * T::kPieceFloat4s * 128 * 16;
+  return flag_bytes<T>(part) + int64_t(part.workers) * kClusterParts<T> * T::kPieceFloat4s * 128 * 16;
 }
 
+// The parallel fix-up cuts a tile into no more segments than it takes for their SMs to draw the
+// operands in as fast as HBM delivers them: past that the k-loops wait on HBM all the same, and
+// every segment more adds a partial to write and read back, and a CTA to start. A CTA takes in
+// (BM + BN) * K_seg * 2 bytes at an SM's intake rate; the operands, (M + N) * K * 2 bytes, come at
+// HBM's: so S = (BM + BN) / (M + N) * kHbmOverSmIntake segments, rounded up. The ratio: the H100's
+// HBM delivers about 3 TB/s, and one SM takes in 85-90 GB/s by TMA (a 64x64 or 128x256 tile's
+// k-blocks with the grid capped at two CTAs, bench/NOTES.md). Measured on nine few-tile shapes with
+// every segment count forced, the best was within one step of this (bench/NOTES.md).
+constexpr double kHbmOverSmIntake = 35.0;
 template <class T>
-Partition partition_of(const GtArgs* args, int min_gain_pct, bool parallel_fixup) {
+int hbm_segments(const GtArgs* args) {
+  return int(std::ceil(double(T::BM + T::BN) / double(args->m + args->n) * kHbmOverSmIntake));
+}
+
+// hbm_cap false: every cluster's worth of segments (v10's rule weighs the tiles so; see tile_cost).
+template <class T>
+Partition partition_of(const GtArgs* args, int min_gain_pct, bool parallel_fixup, bool hbm_cap = true) {
   const int units = persistent::grid_m_groups<T>(args) * persistent::grid_n<T>(args);
   return make_partition(units, host::ceil_div(args->k, persistent::BK), persistent::max_clusters<T>(args), min_gain_pct,
-                        parallel_fixup);
+                        parallel_fixup, hbm_cap ? hbm_segments<T>(args) : 0);
 }
 
 template <class T, int kMinGainPct = 0, bool kParallelFixup = false>
@@ -268,11 +302,10 @@ struct Scheduler {
   }
 
   static void plan(const GtArgs* args, int units, int num_kb, int clusters, GtPlan* p) {
-    const Partition part = make_partition(units, num_kb, clusters, kMinGainPct, kParallelFixup);
+    const Partition part = make_partition(units, num_kb, clusters, kMinGainPct, kParallelFixup, hbm_segments<T>(args));
     p->grid_ctas = part.workers * T::kClusterCTAs;
     p->records_per_region = records_per_region(part);
     p->workspace_bytes = workspace_bytes<T>(part);
-    (void)args;
   }
 
   __device__ Scheduler(const Params& p_, int, int grid_n_, int, int, uint32_t smem_)
@@ -286,7 +319,7 @@ struct Scheduler {
   }
   template <typename GroupSync>
   __device__ bool next_tile(bool, bool, uint32_t rank, GroupSync, int& m_block, int& n_block) {
-    if (!p.part.next(int(cluster_index()), unit)) return false;
+    if (!p.part.next<kParallelFixup>(int(cluster_index()), unit)) return false;
     coords(rank, m_block, n_block);
     return true;
   }
@@ -339,11 +372,12 @@ struct Scheduler {
     __device__ float* operator()(int i) const { return &piece[i].x; }
   };
 
-  // Store this warpgroup's partial (f4(0 .. kSlotFloat4s - 1)) to slot s and set the slot's flag.
+  // Store this warpgroup's partial (f4(0 .. kSlotFloat4s - 1)) to slot s, then set `flag` (the
+  // slot's own) or, with `count`, add one to it (the tile's count of published segments).
   // Thread-major layout: each store instruction of a warp writes 512 contiguous bytes, and thread
   // tid of the reading warpgroup loads back exactly the elements it holds.
   template <class F4, class Rec, class Sync>
-  __device__ void publish(F4 f4, int s, uint32_t tile, Rec& rec, Sync wg_sync, uint32_t& t) {
+  __device__ void publish(F4 f4, int s, int32_t* flag, bool count, uint32_t tile, Rec& rec, Sync wg_sync, uint32_t& t) {
     const int tid = threadIdx.x % 128;
     float4* slot = p.slots + size_t(s) * (kSlotFloats / 4) + tid;
     const uint64_t keep = partial_store_policy();
@@ -353,7 +387,10 @@ struct Scheduler {
       st_cg_hint(slot + i * 128, make_float4(a[0], a[1], a[2], a[3]), keep);
     }
     wg_sync();  // every thread's stores, before thread 0's release
-    if (tid == 0) flag_release(p.flags + s, 1);
+    if (tid == 0) {
+      if (count) flag_add_release(flag, 1);
+      else flag_release(flag, 1);
+    }
     t = rec.record(Tag::PARTIAL_STORE, t, tile, uint32_t(unit.kb_begin));
   }
 
@@ -389,19 +426,19 @@ struct Scheduler {
   __device__ bool fixup_serial(F4 f4, uint32_t cta, int cw, uint32_t tile, Rec& rec, Sync wg_sync, uint32_t& t) {
     const int tid = threadIdx.x % 128, worker = int(cluster_index());
     if (unit.kb_begin > 0) {
-      publish(f4, slot_index(worker, cta, cw), tile, rec, wg_sync, t);
+      publish(f4, slot_index(worker, cta, cw), p.flags + slot_index(worker, cta, cw), false, tile, rec, wg_sync, t);
       return false;
     }
     // k-block 0 of a split tile: this unit ends this cluster's range, so every other segment
     // belongs to the clusters after it, in k order. Thread i waits for partners worker + 1 + i,
     // + 128, ...: every flag in one round trip, where thread 0 used to wait for each in turn
     // (bench/NOTES.md). Then the partials are added in k order.
-    const int last = p.part.last_partner(unit.entry);
+    const int last = p.part.last_partner<kParallelFixup>(unit.entry);
     const int tile_g0 = (unit.entry - p.part.dp_tiles) * p.part.num_kb;
     for (int j = tid; j < last - worker; j += 128) {
       int32_t* flag = p.flags + slot_index(worker + 1 + j, cta, cw);
       flag_wait(flag, 1, WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile,
-                                  uint32_t(p.part.sk_begin(worker + 1 + j) - tile_g0)});
+                                  uint32_t(p.part.sk_begin<kParallelFixup>(worker + 1 + j) - tile_g0)});
       flag_store_relaxed(flag, 0);  // consumed: the next launch finds it clear
     }
     const uint64_t dead = partial_load_policy();  // read for the last time
@@ -409,7 +446,7 @@ struct Scheduler {
     // the whole fix-up, both stored after the loop (only the clock is read before it): a record and
     // a poll per partial cost the profiled build 5 % at 512x1024x8192, the wait's record stored
     // before the loop another 1-2 % (bench/NOTES.md).
-    const uint32_t first_kb = uint32_t(p.part.sk_begin(worker + 1) - tile_g0);  // the first partner's
+    const uint32_t first_kb = uint32_t(p.part.sk_begin<kParallelFixup>(worker + 1) - tile_g0);  // the first partner's
     wg_sync();  // the waiting threads' acquires, before every thread's loads
     const uint32_t wait_end = rec.now();
     for (int w = worker + 1; w <= last; ++w) {
@@ -521,30 +558,28 @@ struct Scheduler {
     }
   }
 
-  // The parallel fix-up (few tiles, every tile split over all clusters; a cluster's range then
-  // touches one or two tiles). Each unit publishes its partial at once. After the last unit of its
-  // range, the cluster reduces its share of each tile it touched: once every segment of the tile is
-  // published, segment p of S sums slice p of the tile over all S partials, in k order (the same
-  // additions every run), and stores it to C as bf16. The last warpgroup done reading clears the
-  // tile's flags and count for the next launch.
-  // No deadlock and no chain: a cluster waits only after publishing every partial it will ever
+  // The parallel fix-up (few tiles, every tile cut into segments of its own, one a cluster: a
+  // cluster's range is one unit of one tile). The unit publishes its partial at once and counts it
+  // on the tile's count of published segments; once that reaches S, segment q of S sums slice q of
+  // the tile over all S partials, in k order (the same additions every run), and stores it to C as
+  // bf16. The last warpgroup done reading clears the tile's counts for the next launch. One thread
+  // a warpgroup polls one count: with a flag a segment, polled by a thread each, the tile's last
+  // wait ended 2.5 us after its last partial was published at 256x256x16384 (bench/NOTES.md).
+  // No deadlock and no chain: a cluster waits only after publishing the one partial it will ever
   // publish, so every wait ends once all clusters have run their k-blocks (all are resident).
-  __device__ int slot_of(int w, int entry, uint32_t rank, int cw) const {
-    // Cluster w keeps its partial of tile `entry` in its first slot, or in its second when its range
-    // began in the tile before.
-    const int second = p.part.sk_begin(w) < entry * p.part.num_kb ? 1 : 0;
-    return part_slot<T>(w * 2 + second, rank, cw);
-  }
-
   template <class Rec, class Sync>
   __device__ bool fixup_parallel(float (&acc)[T::kRowGroups][T::WN / 2], uint32_t rank, int cw, uint32_t tile, Rec& rec,
                                  Sync wg_sync, uint32_t& t) {
-    const int worker = int(cluster_index());
-    publish(AccF4{acc}, slot_of(worker, unit.entry, rank, cw), tile, rec, wg_sync, t);
-    if (unit.entry * p.part.num_kb + unit.kb_end < p.part.sk_begin(worker + 1)) return false;  // more units follow
-#pragma unroll 1
-    for (int e = p.part.sk_begin(worker) / p.part.num_kb; e <= unit.entry; ++e) reduce_slice(e, rank, cw, rec, wg_sync, t);
+    publish(AccF4{acc}, slot_index(int(cluster_index()), rank, cw), published(unit.entry, rank, cw), true, tile, rec,
+            wg_sync, t);
+    reduce_slice(unit.entry, rank, cw, rec, wg_sync, t);
     return false;
+  }
+
+  // Tile `entry`'s counts (rank, consumer warpgroup): segments published, and segments done reading.
+  __device__ int32_t* published(int entry, uint32_t rank, int cw) const { return p.flags + part_slot<T>(entry, rank, cw); }
+  __device__ int32_t* done_reading(int entry, uint32_t rank, int cw) const {
+    return p.flags + size_t(p.part.units) * kClusterParts<T> + part_slot<T>(entry, rank, cw);
   }
 
   // This cluster's slice of tile `entry`: wait for every segment, sum the slice, store it to C.
@@ -552,18 +587,14 @@ struct Scheduler {
   __device__ void reduce_slice(int entry, uint32_t rank, int cw, Rec& rec, Sync wg_sync, uint32_t& t) {
     const int tid = threadIdx.x % 128, worker = int(cluster_index());
     const int g0 = entry * p.part.num_kb;  // no whole tiles come first under this partition
-    const int first = p.part.owner(g0), last = p.part.last_partner(entry);
+    const int first = entry * p.part.parallel, last = first + p.part.parallel - 1;  // the tile's segments
     int m_block, n_block;
     coords_of(entry, rank, m_block, n_block);
     const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
-    const uint32_t my_kb = uint32_t(max(p.part.sk_begin(worker) - g0, 0));
-    // Thread i waits for segments first + i, first + i + 128, ...: all the flags in one round trip,
-    // not one after another (a tile has up to one segment per cluster: 132 with clusters of one).
-    for (int w = first + tid; w <= last; w += 128)
-      if (w != worker)
-        flag_wait(p.flags + slot_of(w, entry, rank, cw), 1,
-                  WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile, uint32_t(max(p.part.sk_begin(w) - g0, 0))});
-    wg_sync();  // the waiting threads' acquires, before every thread's loads
+    const uint32_t my_kb = uint32_t(p.part.sk_begin(worker) - g0);
+    if (tid == 0)
+      flag_wait(published(entry, rank, cw), p.part.parallel, WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile, my_kb});
+    wg_sync();  // the waiting thread's acquire, before every thread's loads
     t = rec.record(Tag::WAIT_PARTIAL, t, tile, my_kb);
     // The slice is cut in float2s (one bf16x2 of C each), so that every thread of the warpgroup has
     // work even when a tile has tens of segments: a slice is then a few float2s a thread, read from
@@ -574,12 +605,10 @@ struct Scheduler {
     constexpr int F2 = kSlotFloat4s * 128 * 2;  // float2s in a slot; float2 e is half e % 2 of float4 e / 2
     constexpr int kBatch = 12;                  // more spills the 64-accumulator tiles
     const int segments = last - first + 1, seg = worker - first, others = last - first;
-    // Clusters after `first` keep this tile in their first slot: consecutive clusters' slots are a
-    // fixed stride apart.
-    const float2* first_slot = reinterpret_cast<const float2*>(p.slots + size_t(slot_of(first, entry, rank, cw)) * (kSlotFloats / 4));
-    const float2* next_slots = reinterpret_cast<const float2*>(
-        p.slots + size_t(part_slot<T>((first + 1) * 2, rank, cw)) * (kSlotFloats / 4));
-    constexpr size_t kStride = size_t(2) * kClusterParts<T> * (kSlotFloats / 4) * 2;  // in float2s
+    // Consecutive clusters' slots are a fixed stride apart.
+    const float2* first_slot = reinterpret_cast<const float2*>(p.slots + size_t(slot_index(first, rank, cw)) * (kSlotFloats / 4));
+    constexpr size_t kStride = size_t(kClusterParts<T>) * (kSlotFloats / 4) * 2;  // in float2s
+    const float2* next_slots = first_slot + kStride;
     const uint64_t dead = partial_load_policy();
 #pragma unroll 1
     for (int e = seg * F2 / segments + tid; e < (seg + 1) * F2 / segments; e += 128) {
@@ -607,10 +636,9 @@ struct Scheduler {
     t = rec.record(Tag::REDUCE, t, tile, my_kb);
     wg_sync();  // every thread's loads, before thread 0 says this warpgroup is done reading
     if (tid == 0) {
-      int32_t* count = p.flags + size_t(p.part.workers) * 2 * kClusterParts<T> + part_slot<T>(entry, rank, cw);
-      if (flag_add_acq_rel(count, 1) == segments - 1) {  // everyone has read: clear for the next launch
-        for (int w = first; w <= last; ++w) flag_store_relaxed(p.flags + slot_of(w, entry, rank, cw), 0);
-        flag_store_relaxed(count, 0);
+      if (flag_add_acq_rel(done_reading(entry, rank, cw), 1) == segments - 1) {  // everyone has read: clear both
+        flag_store_relaxed(published(entry, rank, cw), 0);
+        flag_store_relaxed(done_reading(entry, rank, cw), 0);
       }
     }
   }

@@ -117,7 +117,9 @@ double tile_cost(const GtArgs* args, int i) {
     // (The costs below count k-blocks, not useful flops, and would not see it.)
     using gemmtrace::host::ceil_div;
     if (T::BM > ceil_div(args->m, 64) * 64 || T::BN > ceil_div(args->n, 64) * 64) return std::numeric_limits<double>::infinity();
-    const stream_k::Partition part = stream_k::partition_of<T>(args, kMinSplitGainPct, kParallelFixup<T>);
+    // Weighed on every cluster: where the parallel fix-up runs fewer segments (stream_k::hbm_segments),
+    // it is because more would only wait on HBM, which these k-block counts do not model.
+    const stream_k::Partition part = stream_k::partition_of<T>(args, kMinSplitGainPct, kParallelFixup<T>, false);
     const double per_kblock = kblock_time<T>(i);
     const int64_t busiest = part.busiest_kblocks();
     const double exchanges = T::kSplitK > 1 ? kExchangeKBlocks * double(ceil_div(part.units, part.workers)) : 0.0;
