@@ -155,6 +155,33 @@ def for_shape(m: int, n: int, k: int, sms: int = 132, tile: tuple[int, int, int]
                      hbm_segments(m, n, bm, bn))
 
 
+@dataclass(frozen=True)
+class V10Workspace:
+    """v10's partition for the tile it runs, and the workspace's shape around it."""
+    partition: Partition
+    cluster_ctas: int  # CTAs a cluster (along M, or splitting K)
+    consumers: int  # consumer warpgroups that compute (one on 64x64 tiles)
+    slot_floats: int  # a consumer's part of the tile, or its CTA's piece of it on k-split tiles
+
+    def flag_ints(self) -> int:
+        return flag_ints(self.partition, self.cluster_ctas, self.consumers)
+
+    def workspace_bytes(self) -> int:
+        return workspace_bytes(self.partition, self.cluster_ctas, self.consumers, self.slot_floats)
+
+
+def for_v10(m: int, n: int, k: int, tile_m: int, tile_n: int, cluster: int, split_k: int = 1,
+            sms: int = 132) -> V10Workspace:
+    """v10 (v10_tile_family.cu) running a tile_m x tile_n tile at (M, N, K): its 10 % split gain, and
+    the parallel fix-up for the tiles with 64 accumulators a thread (kParallelFixup) unless their
+    clusters split K."""
+    parallel = tile_m * tile_n <= 128 * 128 and split_k == 1
+    p = for_shape(m, n, k, sms=sms, tile=(tile_m, tile_n, 64), cluster=cluster, min_gain_pct=10,
+                  parallel_fixup=parallel, split_k=split_k)
+    consumers = 1 if tile_m * tile_n == 64 * 64 else 2
+    return V10Workspace(p, cluster * split_k, consumers, tile_m * tile_n // consumers // split_k)
+
+
 def flag_ints(p: Partition, cluster: int = 2, consumers: int = 2) -> int:
     """The flags (or the parallel fix-up's counts) at the start of the workspace, in int32s."""
     return (2 * p.units if p.parallel else p.workers) * cluster * consumers

@@ -264,15 +264,11 @@ def test_stream_k_correct_and_bitwise_reproducible(libs, kernel, variant, shape)
 def _flag_ints(kernel, plan, shape, sms):
     """The flags at the start of a stream-K workspace, from the Python mirror of the partition (which
     tests/test_stream_k.py and tests/test_v10.py check against the kernel's own)."""
-    from gemmtrace.stream_k import flag_ints, for_shape
+    from gemmtrace.stream_k import flag_ints, for_shape, for_v10
 
     if kernel == "v9":
         return flag_ints(for_shape(*shape, sms=sms))
-    parallel = plan.tile_m * plan.tile_n <= 128 * 128 and plan.split_k == 1  # v10's kParallelFixup
-    p = for_shape(*shape, sms=sms, tile=(plan.tile_m, plan.tile_n, 64), cluster=plan.cluster, min_gain_pct=10,
-                  parallel_fixup=parallel, split_k=plan.split_k)
-    parts = 1 if plan.tile_m * plan.tile_n == 64 * 64 else 2  # consumer warpgroups that compute
-    return flag_ints(p, plan.cluster * plan.split_k, parts)
+    return for_v10(*shape, plan.tile_m, plan.tile_n, plan.cluster, plan.split_k, sms=sms).flag_ints()
 
 
 def test_v9_refuses_to_launch_without_its_workspace(v9_lib):

@@ -9,7 +9,7 @@ import pytest
 
 from gemmtrace import GemmtraceError, registry
 from gemmtrace.choose import tile_name
-from gemmtrace.stream_k import for_shape, workspace_bytes
+from gemmtrace.stream_k import for_v10
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to build v10")
 
@@ -100,16 +100,10 @@ def test_fewer_sms_can_change_the_choice_but_never_break_it(v10):
 def test_kernel_partition_matches_the_model_at_ten_percent(v10, shape):
     """v10 splits only for a 10 % gain; the Python mirror with min_gain_pct=10 agrees unit for unit."""
     p_plan = v10.plan(v10.args(*shape, num_sms=132))
-    tile = (p_plan.tile_m, p_plan.tile_n, 64)
-    # tiles with 64 accumulators a thread, unless their clusters split K (they take the serial fix-up)
-    parallel = p_plan.tile_m * p_plan.tile_n <= 128 * 128 and p_plan.split_k == 1
-    p = for_shape(*shape, sms=132, tile=tile, cluster=p_plan.cluster, min_gain_pct=10, parallel_fixup=parallel,
-                  split_k=p_plan.split_k)
-    ctas = p_plan.cluster * p_plan.split_k  # a cluster's CTAs
-    assert p_plan.grid_ctas == ctas * p.workers
-    parts = 1 if p_plan.tile_m * p_plan.tile_n == 64 * 64 else 2  # consumer warpgroups that compute
-    piece = (p_plan.tile_m * p_plan.tile_n) // parts // p_plan.split_k  # a consumer's part, or its CTA's piece of it
-    assert p_plan.workspace_bytes == workspace_bytes(p, cluster=ctas, consumers=parts, slot_floats=piece)
+    ws = for_v10(*shape, p_plan.tile_m, p_plan.tile_n, p_plan.cluster, p_plan.split_k, sms=132)
+    p = ws.partition
+    assert p_plan.grid_ctas == ws.cluster_ctas * p.workers
+    assert p_plan.workspace_bytes == ws.workspace_bytes()
     fn = v10._lib.gt_stream_k_units
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int32), ctypes.c_int]
     args = v10.args(*shape, num_sms=132)

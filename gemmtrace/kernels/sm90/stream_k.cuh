@@ -100,13 +100,11 @@ struct Partition {
     }
     return w * sk_base + (w < sk_extra ? w : sk_extra);
   }
-  // The cluster whose range holds split k-block g.
-  template <bool kMayCutPerTile = true>
+  // The cluster whose range holds split k-block g (of the serial partition: the serial fix-up's
+  // waits ask; the parallel fix-up knows a tile's segments from the tile alone).
   __host__ __device__ int owner(int g) const {
-    int t = 0;
-    if (kMayCutPerTile && parallel) t = g / num_kb, g -= t * num_kb;
     const int big = sk_extra * (sk_base + 1);
-    return t * parallel + (g < big ? g / (sk_base + 1) : sk_extra + (g - big) / sk_base);
+    return g < big ? g / (sk_base + 1) : sk_extra + (g - big) / sk_base;
   }
   // Cluster w's unit after `u` (start from Unit{-1, 0, 0}): whole tiles w, w + workers, ... below
   // dp_tiles, then its range of split k-blocks, one unit per tile it touches. Only the current unit
@@ -132,9 +130,9 @@ struct Partition {
     u.kb_end = u.kb_begin + (g_end - g) < num_kb ? u.kb_begin + (g_end - g) : num_kb;
     return true;
   }
-  // A split tile's finishing unit waits for the clusters (w, last]: the owners of its other segments.
-  template <bool kMayCutPerTile = true>
-  __host__ __device__ int last_partner(int entry) const { return owner<kMayCutPerTile>((entry - dp_tiles + 1) * num_kb - 1); }
+  // A split tile's finishing unit waits for the clusters (w, last]: the owners of its other segments
+  // (serial partition).
+  __host__ __device__ int last_partner(int entry) const { return owner((entry - dp_tiles + 1) * num_kb - 1); }
   bool split() const { return dp_tiles < units; }
   // The k-blocks of the busiest cluster's whole tiles.
   int64_t whole_kblocks() const { return (int64_t(dp_tiles) + workers - 1) / workers * num_kb; }
@@ -301,8 +299,9 @@ struct Scheduler {
     return int(std::min<int64_t>(most + 2, 1 << 30));
   }
 
-  static void plan(const GtArgs* args, int units, int num_kb, int clusters, GtPlan* p) {
-    const Partition part = make_partition(units, num_kb, clusters, kMinGainPct, kParallelFixup, hbm_segments<T>(args));
+  // (units, k-blocks and clusters as persistent::plan counted them: partition_of counts the same.)
+  static void plan(const GtArgs* args, int, int, int, GtPlan* p) {
+    const Partition part = partition_of<T>(args, kMinGainPct, kParallelFixup);
     p->grid_ctas = part.workers * T::kClusterCTAs;
     p->records_per_region = records_per_region(part);
     p->workspace_bytes = workspace_bytes<T>(part);
@@ -426,19 +425,20 @@ struct Scheduler {
   __device__ bool fixup_serial(F4 f4, uint32_t cta, int cw, uint32_t tile, Rec& rec, Sync wg_sync, uint32_t& t) {
     const int tid = threadIdx.x % 128, worker = int(cluster_index());
     if (unit.kb_begin > 0) {
-      publish(f4, slot_index(worker, cta, cw), p.flags + slot_index(worker, cta, cw), false, tile, rec, wg_sync, t);
+      const int s = slot_index(worker, cta, cw);
+      publish(f4, s, p.flags + s, false, tile, rec, wg_sync, t);
       return false;
     }
     // k-block 0 of a split tile: this unit ends this cluster's range, so every other segment
     // belongs to the clusters after it, in k order. Thread i waits for partners worker + 1 + i,
     // + 128, ...: every flag in one round trip, where thread 0 used to wait for each in turn
     // (bench/NOTES.md). Then the partials are added in k order.
-    const int last = p.part.last_partner<kParallelFixup>(unit.entry);
+    const int last = p.part.last_partner(unit.entry);  // (a serial partition: the parallel one has fixup_parallel)
     const int tile_g0 = (unit.entry - p.part.dp_tiles) * p.part.num_kb;
     for (int j = tid; j < last - worker; j += 128) {
       int32_t* flag = p.flags + slot_index(worker + 1 + j, cta, cw);
       flag_wait(flag, 1, WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile,
-                                  uint32_t(p.part.sk_begin<kParallelFixup>(worker + 1 + j) - tile_g0)});
+                                  uint32_t(p.part.sk_begin<false>(worker + 1 + j) - tile_g0)});
       flag_store_relaxed(flag, 0);  // consumed: the next launch finds it clear
     }
     const uint64_t dead = partial_load_policy();  // read for the last time
@@ -446,7 +446,7 @@ struct Scheduler {
     // the whole fix-up, both stored after the loop (only the clock is read before it): a record and
     // a poll per partial cost the profiled build 5 % at 512x1024x8192, the wait's record stored
     // before the loop another 1-2 % (bench/NOTES.md).
-    const uint32_t first_kb = uint32_t(p.part.sk_begin<kParallelFixup>(worker + 1) - tile_g0);  // the first partner's
+    const uint32_t first_kb = uint32_t(p.part.sk_begin<false>(worker + 1) - tile_g0);  // the first partner's
     wg_sync();  // the waiting threads' acquires, before every thread's loads
     const uint32_t wait_end = rec.now();
     for (int w = worker + 1; w <= last; ++w) {
@@ -587,13 +587,13 @@ struct Scheduler {
   __device__ void reduce_slice(int entry, uint32_t rank, int cw, Rec& rec, Sync wg_sync, uint32_t& t) {
     const int tid = threadIdx.x % 128, worker = int(cluster_index());
     const int g0 = entry * p.part.num_kb;  // no whole tiles come first under this partition
-    const int first = entry * p.part.parallel, last = first + p.part.parallel - 1;  // the tile's segments
+    const int segments = p.part.parallel, first = entry * segments;  // the tile's segments: clusters first, first + 1, ...
     int m_block, n_block;
     coords_of(entry, rank, m_block, n_block);
     const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
     const uint32_t my_kb = uint32_t(p.part.sk_begin(worker) - g0);
     if (tid == 0)
-      flag_wait(published(entry, rank, cw), p.part.parallel, WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile, my_kb});
+      flag_wait(published(entry, rank, cw), segments, WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile, my_kb});
     wg_sync();  // the waiting thread's acquire, before every thread's loads
     t = rec.record(Tag::WAIT_PARTIAL, t, tile, my_kb);
     // The slice is cut in float2s (one bf16x2 of C each), so that every thread of the warpgroup has
@@ -604,7 +604,7 @@ struct Scheduler {
     // H100, CUPTI; this way 17.06 us.)
     constexpr int F2 = kSlotFloat4s * 128 * 2;  // float2s in a slot; float2 e is half e % 2 of float4 e / 2
     constexpr int kBatch = 12;                  // more spills the 64-accumulator tiles
-    const int segments = last - first + 1, seg = worker - first, others = last - first;
+    const int seg = worker - first, others = segments - 1;
     // Consecutive clusters' slots are a fixed stride apart.
     const float2* first_slot = reinterpret_cast<const float2*>(p.slots + size_t(slot_index(first, rank, cw)) * (kSlotFloats / 4));
     constexpr size_t kStride = size_t(kClusterParts<T>) * (kSlotFloats / 4) * 2;  // in float2s
