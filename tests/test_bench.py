@@ -100,3 +100,23 @@ def test_bisect_profiler_substitutions_match_the_kernel():
             assert old in edited[where], f"variant {name}: not in {where}: {old!r}"
             edited[where] = edited[where].replace(old, new)
         assert (edited == texts) == (name == "full"), f"variant {name} changes nothing"
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="needs nvcc")
+def test_first_loads_builds_with_its_documented_command(tmp_path):
+    """bench/first_loads.cu (the launch-head microbenchmark) compiles with the command its header
+    gives, with no warnings."""
+    import re
+    import subprocess
+
+    from gemmtrace.build import nvcc_path
+
+    src = Path(__file__).resolve().parents[1] / "bench" / "first_loads.cu"
+    documented = re.search(r"//   nvcc (.*) -o first_loads bench/first_loads\.cu", src.read_text())
+    assert documented, "the header's build command"
+    out = tmp_path / "first_loads"
+    r = subprocess.run([nvcc_path(), *documented.group(1).split(), "-o", str(out), str(src)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr.lower(), r.stderr
+    assert out.stat().st_size > 0
