@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import shutil
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -102,13 +105,10 @@ def test_bisect_profiler_substitutions_match_the_kernel():
         assert (edited == texts) == (name == "full"), f"variant {name} changes nothing"
 
 
-@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_first_loads_builds_with_its_documented_command(tmp_path):
     """bench/first_loads.cu (the launch-head microbenchmark) compiles with the command its header
     gives, with no warnings."""
-    import re
-    import subprocess
-
     from gemmtrace.build import nvcc_path
 
     src = Path(__file__).resolve().parents[1] / "bench" / "first_loads.cu"
