@@ -198,9 +198,10 @@ KERNELS: dict[str, KernelSpec] = {
                 "the k-blocks of the busiest cluster, counting 2 per partial tile it moves and every split k-block "
                 "2 times (split ranges stop sharing operands in L2); multiply by the tile's area over 128x256 and "
                 "divide by its measured throughput relative to 128x256 (and by 2 for 128x128/k2, whose two CTAs share "
-                "each k-loop); add the parallel fix-up, where every tile is cut on its own over all clusters and that is cheaper, as "
-                "the fixed time it takes (its launch then uses at most (BM + BN) / (M + N) x 35 segments a tile, as many as "
-                "HBM can feed), and 3 k-block times a tile for 128x128/k2's exchange; the smallest cost wins, and a tile "
+                "each k-loop); where every tile is cut on its own for the parallel fix-up (fewer tiles than clusters, "
+                "at most (BM + BN) / (M + N) x 35 segments a tile, as many as HBM can feed), count split k-blocks once "
+                "and add the fix-up: 8 k-block times, and 1 more for each 1.3 MB of partials its CTAs write and read "
+                "back; add 3 k-block times a tile for 128x128/k2's exchange; the smallest cost wins, and a tile "
                 "within 2 % of an earlier one in the list loses to it (docs/kernels.md)"
             ),
         ),

@@ -83,6 +83,10 @@ def test_64x64_tiles_where_they_make_one_wave_of_whole_tiles(v10):
     assert _choice(v10, 512, 1024, 8192)[0] == "64x64/c2"
     assert _choice(v10, 8192, 64, 8192)[0] == "64x64/c2"
     assert _choice(v10, 64, 8192, 4096)[0] == "64x64/c1"
+    # Fewer tiles than clusters, every tile cut for the parallel fix-up: a 64x64 tile's partials are a
+    # quarter of a 128x128 tile's bytes to write and read back, and its segments are capped at what
+    # HBM feeds either way.
+    assert _choice(v10, 256, 256, 16384)[0] == "64x64/c2"
     for shape in [(4096, 4096, 4096), (2048, 2048, 2048), (8192, 8192, 4096)]:
         assert v10.plan(v10.args(*shape, num_sms=132)).variant - 1 not in small
 
@@ -142,6 +146,9 @@ def test_the_docs_state_the_rule_the_kernel_runs():
     thr = re.search(r"kThroughput\[kFamily\] = \{([^}]*)\}", src).group(1)
     par = re.search(r"kParallelFixupKBlocks = (\d+);", sk).group(1)
     assert f"**{gain} %**" in doc and f"**{float(split_cost):g} times**" in doc and f"as {par} k-blocks" in doc
+    fixed = re.search(r"kParallelFixupFixedKBlocks = ([\d.]+);", src).group(1)
+    per_mb = float(re.search(r"kPartialBytesPerKBlock = ([\d.e]+);", src).group(1)) / 1e6
+    assert f"**{float(fixed):g} k-block times** fixed" in doc and f"**{per_mb:g} MB** of partials" in doc
     assert ", ".join(t.strip() for t in thr.split(",")) in doc.replace(" and ", ", ")
     for tile in registry.get("v10").tiles:
         bm_bn = tile.split("/")[0]

@@ -226,12 +226,11 @@ int hbm_segments(const GtArgs* args) {
   return int(std::ceil(double(T::BM + T::BN) / double(args->m + args->n) * kHbmOverSmIntake));
 }
 
-// hbm_cap false: every cluster's worth of segments (v10's rule weighs the tiles so; see tile_cost).
 template <class T>
-Partition partition_of(const GtArgs* args, int min_gain_pct, bool parallel_fixup, bool hbm_cap = true) {
+Partition partition_of(const GtArgs* args, int min_gain_pct, bool parallel_fixup) {
   const int units = persistent::grid_m_groups<T>(args) * persistent::grid_n<T>(args);
   return make_partition(units, host::ceil_div(args->k, persistent::BK), persistent::max_clusters<T>(args), min_gain_pct,
-                        parallel_fixup, hbm_cap ? hbm_segments<T>(args) : 0);
+                        parallel_fixup, hbm_segments<T>(args));
 }
 
 template <class T, int kMinGainPct = 0, bool kParallelFixup = false>

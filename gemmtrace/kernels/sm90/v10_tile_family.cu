@@ -13,8 +13,9 @@
 // exactly as the stream-K scheduler would (whole tiles for full waves, the rest split where that
 // pays), take the k-blocks of the busiest cluster, count each split k-block (and serial fix-up)
 // kSplitKBlockCost times, and scale by the tile's time per k-block: its area relative to 128x256
-// over its measured throughput relative to 128x256 (kThroughput). The parallel fix-up is added as
-// the fixed time it was measured to take. The tile with the smallest
+// over its measured throughput relative to 128x256 (kThroughput). Where every tile is cut for the
+// parallel fix-up, split k-blocks count once, and the fix-up adds a fixed time and its partials'
+// bytes moved through L2. The tile with the smallest
 // cost runs; one within 2 % of an earlier tile of the list loses to it (the list is in order of
 // preference: larger tiles, multicast clusters first). Nothing in it names a shape.
 //
@@ -108,6 +109,16 @@ constexpr double kblock_time(int i) { return double(T::BM) * T::BN / (128.0 * 25
 // (bench/NOTES.md).
 constexpr double kExchangeKBlocks = 3.0;
 
+// The parallel fix-up, in 128x256 k-block times: a fixed part (the flags' round trip, and a head
+// whose clusters all start at their own k offset: 8.8 us against 2.8 us at zero cost in a fit of
+// launch time to the rule's cost over the tile matrix's shapes, about 8 k-blocks apart), and the
+// workspace's bytes (each CTA's partial, written, then read back in slices) at the rate partials
+// move through L2: 2.5-4 TB/s measured over the whole GPU, so about 1.3 MB written and read back
+// again per k-block time (bench/NOTES.md). A tile's partial is its area in fp32: the fix-up of a
+// 64x64 tile moves a quarter of what a 128x128 tile's does (2.3 against 4.6 us at 256x256x16384).
+constexpr double kParallelFixupFixedKBlocks = 8.0;
+constexpr double kPartialBytesPerKBlock = 1.3e6;
+
 // The rule's cost of tile i: the busiest cluster's k-blocks, in 128x256 k-block times.
 double tile_cost(const GtArgs* args, int i) {
   return with_tile(i, [&](auto t) {
@@ -117,19 +128,20 @@ double tile_cost(const GtArgs* args, int i) {
     // (The costs below count k-blocks, not useful flops, and would not see it.)
     using gemmtrace::host::ceil_div;
     if (T::BM > ceil_div(args->m, 64) * 64 || T::BN > ceil_div(args->n, 64) * 64) return std::numeric_limits<double>::infinity();
-    // Weighed on every cluster: where the parallel fix-up runs fewer segments (stream_k::hbm_segments),
-    // it is because more would only wait on HBM, which these k-block counts do not model.
-    const stream_k::Partition part = stream_k::partition_of<T>(args, kMinSplitGainPct, kParallelFixup<T>, false);
+    // The partition that runs, with the parallel fix-up's segments capped where more would only wait
+    // on HBM (stream_k::hbm_segments).
+    const stream_k::Partition part = stream_k::partition_of<T>(args, kMinSplitGainPct, kParallelFixup<T>);
     const double per_kblock = kblock_time<T>(i);
     const int64_t busiest = part.busiest_kblocks();
     const double exchanges = T::kSplitK > 1 ? kExchangeKBlocks * double(ceil_div(part.units, part.workers)) : 0.0;
     if (!part.split()) return double(busiest) * per_kblock + exchanges;
     const int64_t whole = part.whole_kblocks();
     if (!part.parallel) return (double(whole) + kSplitKBlockCost * double(busiest - whole)) * per_kblock + exchanges;
-    // The parallel fix-up is a store, a wait and a round of reads: its time does not shrink with the
-    // tile, so it costs what it was measured to cost on 128x128/c2 (stream_k.cuh), whatever the tile.
-    constexpr double kParallelFixupCost = stream_k::kParallelFixupKBlocks * kblock_time<T3>(3);
-    return kSplitKBlockCost * double(busiest - stream_k::kParallelFixupKBlocks) * per_kblock + kParallelFixupCost;
+    // Every tile cut for the parallel fix-up: its segments are capped to what HBM feeds, so their
+    // k-blocks count once (kSplitKBlockCost is the loss of L2 sharing behind whole-tile waves); then
+    // the fix-up, whose partials scale with the tile's area.
+    const double moved = double(stream_k::workspace_bytes<T>(part)) / kPartialBytesPerKBlock;
+    return double(busiest - stream_k::kParallelFixupKBlocks) * per_kblock + kParallelFixupFixedKBlocks + moved;
   });
 }
 
