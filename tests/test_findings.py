@@ -117,6 +117,51 @@ def test_split_k_runs_get_no_whole_tile_schedule_advice(slow_tiles):
     assert "split-K" in why["static_imbalance"] and "split-K" in why["scheduler_overhead"]
 
 
+def with_fixup(run, store_ns=300, wait_ns=1000, reduce_ns=800) -> Run:
+    """The run with a stream-K fix-up at the end of every SM: its consumer stores a partial tile,
+    waits for the tile's other segments and adds their partials."""
+    spans = run.spans
+    last = spans.sort_values("end_ns", kind="stable").groupby("sm", sort=True).tail(1)
+    rows = []
+    for _, r in last.iterrows():
+        t = int(r["end_ns"])
+        for tag, d in (("partial_store", store_ns), ("wait_partial", wait_ns), ("reduce", reduce_ns)):
+            rows.append(dict(r, role="consumer", tag=tag, warp=0, kblock=-1, start_ns=t, end_ns=t + d))
+            t += d
+    extra = pd.DataFrame(rows, columns=spans.columns)
+    for col in ("role", "tag"):
+        extra[col] = pd.Categorical(extra[col], categories=spans[col].cat.categories)
+    return Run(pd.concat([spans, extra.astype(spans.dtypes.to_dict())], ignore_index=True), run.meta)
+
+
+def test_stream_k_fixup_after_the_last_mma():
+    """Time a split tile's CTA spends storing, awaiting and adding partials after its last MMA is
+    named with its three parts, and its upper-bound saving is at least the fix-up itself; a run that
+    passes no partial tiles skips the rule with the reason."""
+    run = synthetic_run(tiles=16, **BASE)
+    e = explain(run)
+    assert "stream_k_fixup" not in [f.cause for f in e.findings]
+    assert "no partial tiles" in {c.cause: c.skipped for c in e.checks if c.skipped}["stream_k_fixup"]
+    f = next(x for x in find(with_fixup(run)) if x.cause == "stream_k_fixup")
+    assert f.kind == PERFORMANCE and f.where.sm_count == 16
+    assert "partial stores 300 ns" in f.what and "waits for the other segments 1.00 µs" in f.what
+    assert "adds (reduce) 800 ns" in f.what and "2.10 µs on average" in f.what
+    assert set(f.why_tags) == {"partial_store", "wait_partial", "reduce"} and "smaller tile" in f.remedy
+    assert f.estimate["source"] == "metrics" and f.estimate["saving_ns"] >= 2100
+    assert "stream_k_fixup" not in performance(with_fixup(run, 30, 60, 40))  # a short fix-up: under the threshold
+
+
+def test_too_few_tiles_when_the_run_already_splits():
+    """A stream-K run on too few tiles is told to use smaller tiles or more segments, not to split K,
+    and gets no split-K estimate (it has no unsplit mainloop to divide)."""
+    run = synthetic_run(tiles=4, **BASE)
+    plain = next(x for x in find(run) if x.cause == "too_few_tiles")
+    assert plain.remedy.startswith("split the K dimension") and "split-K by 4" in plain.estimate["change"]
+    split = next(x for x in find(with_fixup(run)) if x.cause == "too_few_tiles")
+    assert "split already" in split.what and split.estimate is None
+    assert split.remedy.startswith("use smaller tiles") and "more segments" in split.remedy
+
+
 def test_static_imbalance(slow_tiles):
     # The tiles the static rule gives SMs 0-3 take twice as long: dynamic scheduling spreads them.
     slow_tiles(lambda kb: kb.__setitem__(np.arange(kb.size) % 16 < 4, kb[np.arange(kb.size) % 16 < 4] * 2))

@@ -51,6 +51,8 @@ STARVED_MIN = 0.03  # tensor-core gaps covered by consumer waits, share of P·D
 MEMORY_BOUND_SHARE = 0.5  # consumer waits that producers spend waiting for free stages: memory-bound
 EPILOGUE_MIN = 0.03  # tensor-core gaps covered by consumer epilogue spans, share of P·D
 HEAD_MIN = 0.05  # head of the SMs that ran MMAs, share of P·D
+FIXUP_MIN = 0.05  # split tiles' fix-up after each SM's last MMA, share of P·D
+_FIXUP_TAGS = ("partial_store", "wait_partial", "reduce")  # stream-K's fix-up (tags.h), in the order it runs
 SLOW_TILE = 1.5  # a tile this many times the median tile duration is slow
 SLOW_SM = 1.15  # an SM whose median tile takes this many times the median over SMs is slow
 UNEVEN_MIN = 0.02  # excess time of slow tiles over the median, share of P·D
@@ -545,11 +547,13 @@ class _Rules:
             return
         split = max(2, P // tiles)
         # What split-K by `split` would save: each tile's mainloop (first to last MMA) shrinks by the split.
+        # A run that splits already (stream-K) has no unsplit mainloop to divide: no estimate.
         tr = self.tr
+        already = self.split_k()
         mma_tile = np.where((tr.group == _G["mma"]) & (tr.tile >= 0), tr.tile, -1)
         _, mma_s, mma_e = intervals.group_min_max(mma_tile, tr.start, tr.end)
         estimate = None
-        if mma_s.size:
+        if mma_s.size and not already:
             mainloop = int(np.median(mma_e - mma_s))
             saving = int(mainloop * (1 - 1 / split))
             new_d = m.duration_ns - saving
@@ -563,16 +567,25 @@ class _Rules:
         smaller = _tile_options(self.meta, P)
         per_sm = m.load_balance.per_sm
         working = per_sm.loc[per_sm["tiles"] > 0, "sm"].tolist()
+        if already:
+            split_text = (f" Their k-loops are split already (stream-K: partial tiles pass between CTAs), over "
+                          f"{len(working)} SMs.")
+            remedy = ("use smaller tiles" + (f" ({smaller})" if smaller else "") + ": more tiles to split, and a "
+                      "smaller partial per segment (a partial is the tile's area in fp32), so a cheaper fix-up; or "
+                      "cut each tile into more segments, where the memory system can feed them.")
+        else:
+            split_text = ""
+            remedy = (f"split the K dimension: split-K or stream-K by {split} gives {split * tiles} work units for "
+                      f"{P} SMs; or use smaller tiles" + (f" ({smaller})" if smaller else "") + ".")
         self.add(Finding(
             "too_few_tiles", "Too few tiles for the SMs", PERFORMANCE, _lost(frac, m), frac,
             what=f"{tiles} tiles for {P} SMs (waves = {m.tail_wave.waves:.3f}): {idle_sms} SMs never get a tile and "
                  f"sit idle for the whole {format_ns(m.duration_ns)}; mean occupancy is {_pct(m.occupancy.mean)} and "
-                 f"the tensor cores are busy {_pct(m.tensor_core.busy_fraction)} of P·D.",
+                 f"the tensor cores are busy {_pct(m.tensor_core.busy_fraction)} of P·D." + split_text,
             where=Where(f"{idle_sms} of {P} SMs idle throughout; the work runs on {_sm_list(working, len(working))}.",
                         sm_count=idle_sms, tile_count=tiles, window_ns=(0, m.duration_ns)),
             why="no span covers the lost time: those SMs have no CTA (idle).",
-            remedy=f"split the K dimension: split-K or stream-K by {split} gives {split * tiles} work units for "
-                   f"{P} SMs; or use smaller tiles" + (f" ({smaller})" if smaller else "") + ".",
+            remedy=remedy,
             estimate=estimate, figure="occupancy",
             details={"tiles": tiles, "idle_sms": idle_sms, "split": split}))
 
@@ -870,6 +883,75 @@ class _Rules:
             why_tags=tags, estimate=estimate, figure="tensor-core",
             details={"epilogue_gap_ns": epi_gap, "epilogue_overlap": m.epilogue.overlap}))
 
+    def fixup(self):
+        """Split tiles' fix-up (partial stores, waits for the other segments, the adds) after each SM's
+        last MMA: the SM's tensor cores are done and it still works on the tile. (A partial stored
+        between MMAs is a gap that serialized_epilogue counts.)"""
+        m, tr = self.m, self.tr
+        if not self.split_k():
+            return self.skip("stream_k_fixup", "no partial tiles passed between CTAs")
+        mma_sm, _, mma_last = intervals.group_min_max(np.where(tr.group == _G["mma"], tr.sm_idx, -1), tr.start, tr.end)
+        if not mma_sm.size:
+            return self.skip("stream_k_fixup", "no SM recorded an MMA")
+        last = np.full(len(tr.sm_ids), np.iinfo(np.int64).max, np.int64)
+        last[mma_sm] = mma_last
+        span_last = last[tr.sm_idx]
+        codes = [tr.tag_names.index(t) for t in _FIXUP_TAGS if t in tr.tag_names]
+        after = np.isin(tr.tag_codes, codes) & (tr.end > span_last)
+        clipped = np.maximum(tr.start, span_last)
+
+        def per_sm(mask):  # union of the selected spans after each SM's last MMA, ns per SM index
+            idx = np.flatnonzero(mask)
+            cs = intervals.composite(tr.sm_idx[idx], clipped[idx] - tr.t0, tr.width)
+            ce = intervals.composite(tr.sm_idx[idx], tr.end[idx] - tr.t0, tr.width)
+            us, ue = intervals.union(cs, ce, tr.key_max)
+            return np.bincount(us // tr.width, weights=ue - us, minlength=len(tr.sm_ids))
+
+        total = per_sm(after)
+        frac = float(total.sum() / m.tensor_core.capacity_ns)
+        self.check("stream_k_fixup", frac, FIXUP_MIN, frac >= FIXUP_MIN)
+        if frac < FIXUP_MIN:
+            return
+        fixing = total > 0
+        mean = float(total[fixing].mean())
+        parts = []
+        for tag, label in zip(_FIXUP_TAGS, ("partial stores", "waits for the other segments", "adds (reduce)")):
+            if tag in tr.tag_names:
+                t = per_sm(after & (tr.tag_codes == tr.tag_names.index(tag)))
+                parts.append(f"{label} {format_ns(float(t[fixing].mean()))}")
+        # With no fix-up, each SM would end at its last MMA: the kernel at the latest of those (an upper
+        # bound on the saving: the MMAs' own time would not move).
+        ends = np.full(len(tr.sm_ids), -1, np.int64)
+        sm_keys, _, sm_end = intervals.group_min_max(tr.sm_idx, tr.start, tr.end)
+        ends[sm_keys] = sm_end
+        new_end = int(np.max(np.where(last < np.iinfo(np.int64).max, last, ends)) - tr.t0)
+        saving = max(0, m.duration_ns - new_end)
+        estimate = None
+        if saving > 0:
+            estimate = {"source": "metrics", "change": "no fix-up after the last MMA", "saving_ns": saving,
+                        "kernel_change": -saving / m.duration_ns,
+                        "text": f"no fix-up: D {format_ns(m.duration_ns)} → ~{format_ns(new_end)}, kernel up to "
+                                f"{-100 * saving / m.duration_ns:+.0f} % (from the metrics: each SM ending at its last MMA; "
+                                "an upper bound)"}
+        sms = tr.sm_ids[fixing]
+        worst = np.argsort(-total[fixing], kind="stable")[:NAMED]
+        starts = np.where(after, clipped, np.iinfo(np.int64).max)
+        window = (int(starts.min() - tr.t0), int(tr.end[after].max() - tr.t0))
+        tags = tr.tags_of(after & tr.nonempty)
+        self.add(Finding(
+            "stream_k_fixup", "Split tiles' fix-up after the last MMA", PERFORMANCE, _lost(frac, m), frac,
+            what=f"after its last MMA each of {int(fixing.sum())} SMs spends {format_ns(mean)} on average (up to "
+                 f"{format_ns(float(total.max()))}) passing partial tiles, {_pct(frac)} of P·D: " + ", ".join(parts)
+                 + " (per SM, mean; the consumer warpgroups' spans overlap).",
+            where=Where(f"{_window_text(window, m.duration_ns)}; the longest: {_sm_list(sms[worst], len(sms))}.",
+                        sms=tuple(int(s) for s in sms[worst]), sm_count=int(fixing.sum()), window_ns=window),
+            why=f"spans with the {_tags_text(tags)} fill the time after the last MMA.",
+            remedy="move fewer partial bytes: a smaller tile (a partial is the tile's area in fp32: a 64×64 tile's is a "
+                   "quarter of a 128×128 tile's) or fewer segments a tile; the waits end with the slowest segment, so "
+                   "give the segments equal work; where the waves allow, whole tiles need no fix-up.",
+            why_tags=tags, estimate=estimate, figure="timeline",
+            details={"fixup_mean_ns": mean, "fixup_max_ns": float(total.max()), "sms": int(fixing.sum())}))
+
     def head(self):
         m, tr = self.m, self.tr
         per_sm = m.load_balance.per_sm
@@ -1016,7 +1098,7 @@ def _evaluate(run, metrics: Metrics | None) -> tuple[Metrics, list[Finding], lis
     rules = _Rules(run, m)
     for rule in (rules.dropped, rules.incomplete, rules.no_mma, rules.validation, rules.overhead, rules.clock,
                  rules.spread, rules.too_few_tiles, rules.scheduler, rules.tail_wave, rules.starved, rules.epilogue,
-                 rules.head, rules.uneven):
+                 rules.fixup, rules.head, rules.uneven):
         rule()
     trust = sorted((f for f in rules.findings if f.kind == TRUST), key=lambda f: _TRUST_ORDER.index(f.cause))
     perf = sorted((f for f in rules.findings if f.kind == PERFORMANCE), key=lambda f: -(f.lost_ns or 0))
