@@ -252,10 +252,12 @@ class _Trace:
         })
         return type(run)(spans=frame, meta=run.meta)
 
-    def composite_union(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per-SM union of the selected spans, in composite coordinates (sm_idx * width + t - t0)."""
-        idx = np.flatnonzero(mask & self.nonempty)
-        cs = intervals.composite(self.sm_idx[idx], self.start[idx] - self.t0, self.width)
+    def composite_union(self, mask: np.ndarray, start: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Per-SM union of the selected spans, in composite coordinates (sm_idx * width + t - t0).
+        `start`: the spans' starts where they differ from their own (clipped), else their own."""
+        start = self.start if start is None else start
+        idx = np.flatnonzero(mask & (self.end > start))
+        cs = intervals.composite(self.sm_idx[idx], start[idx] - self.t0, self.width)
         ce = intervals.composite(self.sm_idx[idx], self.end[idx] - self.t0, self.width)
         return intervals.union(cs, ce, self.key_max)
 
@@ -893,7 +895,7 @@ class _Rules:
         mma_sm, _, mma_last = intervals.group_min_max(np.where(tr.group == _G["mma"], tr.sm_idx, -1), tr.start, tr.end)
         if not mma_sm.size:
             return self.skip("stream_k_fixup", "no SM recorded an MMA")
-        last = np.full(len(tr.sm_ids), np.iinfo(np.int64).max, np.int64)
+        last = np.full(len(tr.sm_ids), np.iinfo(np.int64).max, np.int64)  # no MMA: nothing comes after
         last[mma_sm] = mma_last
         span_last = last[tr.sm_idx]
         codes = [tr.tag_names.index(t) for t in _FIXUP_TAGS if t in tr.tag_names]
@@ -901,10 +903,7 @@ class _Rules:
         clipped = np.maximum(tr.start, span_last)
 
         def per_sm(mask):  # union of the selected spans after each SM's last MMA, ns per SM index
-            idx = np.flatnonzero(mask)
-            cs = intervals.composite(tr.sm_idx[idx], clipped[idx] - tr.t0, tr.width)
-            ce = intervals.composite(tr.sm_idx[idx], tr.end[idx] - tr.t0, tr.width)
-            us, ue = intervals.union(cs, ce, tr.key_max)
+            us, ue = tr.composite_union(mask, clipped)
             return np.bincount(us // tr.width, weights=ue - us, minlength=len(tr.sm_ids))
 
         total = per_sm(after)
@@ -923,8 +922,9 @@ class _Rules:
         # bound on the saving: the MMAs' own time would not move).
         ends = np.full(len(tr.sm_ids), -1, np.int64)
         sm_keys, _, sm_end = intervals.group_min_max(tr.sm_idx, tr.start, tr.end)
-        ends[sm_keys] = sm_end
-        new_end = int(np.max(np.where(last < np.iinfo(np.int64).max, last, ends)) - tr.t0)
+        ends[sm_keys] = sm_end  # an SM without MMAs keeps its own end
+        ends[mma_sm] = mma_last
+        new_end = int(ends.max() - tr.t0)
         saving = max(0, m.duration_ns - new_end)
         estimate = None
         if saving > 0:
@@ -935,8 +935,7 @@ class _Rules:
                                 "an upper bound)"}
         sms = tr.sm_ids[fixing]
         worst = np.argsort(-total[fixing], kind="stable")[:NAMED]
-        starts = np.where(after, clipped, np.iinfo(np.int64).max)
-        window = (int(starts.min() - tr.t0), int(tr.end[after].max() - tr.t0))
+        window = (int(clipped[after].min() - tr.t0), int(tr.end[after].max() - tr.t0))
         tags = tr.tags_of(after & tr.nonempty)
         self.add(Finding(
             "stream_k_fixup", "Split tiles' fix-up after the last MMA", PERFORMANCE, _lost(frac, m), frac,
