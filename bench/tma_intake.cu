@@ -15,7 +15,9 @@
 //   taken in turn (two chains, summed at the end);
 // - with every tile at once: clusters over the tiles in row or column order, or in row order with
 //   each cluster starting its k-loop at its own k-block (13 apart) and wrapping around;
-// - the tensor maps' L2 promotion, 128 or 256 bytes.
+// - the tensor maps' L2 promotion, 128 or 256 bytes;
+// - loads only, with 6 stages of two k-blocks: each operand's two k-blocks as two 2D boxes, or as one
+//   3D box (half the TMA instructions, each twice as large).
 // Prints per case the median over 20 launches of: the steady time a k-block takes (from the 13th
 // k-block's data to the last, median and maximum over CTAs), the bytes an SM takes in a ns at that
 // pace, and the launch's time by CUDA events; and how many clusters of the layout fit at once.
@@ -175,6 +177,74 @@ __global__ void __launch_bounds__(384, 1) intake(const __grid_constant__ Maps ma
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 
+// Loads only, two k-blocks a stage (6 stages of 32 KB): each operand's two k-blocks as two 2D boxes
+// (BOX3 = 0) or as one 3D box over (k, row, k-block) (BOX3 = 1: half the TMA instructions, each
+// twice as large). CM = 2 shares B as above. (Wait-only: the 3D box's smem layout, k-block-major
+// within each half of B, is not the one wgmma would read for CM = 2; the bytes are the same.)
+template <int CM, int BOX3>
+__global__ void __launch_bounds__(384, 1) intake_pairs(const __grid_constant__ Maps maps, const __grid_constant__ Maps maps3,
+                                                       Times* out) {
+  constexpr int kPairStages = 6, kPairBytes = 2 * kStageBytes;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const uint32_t buf = (uint32_t(__cvta_generic_to_shared(smem)) + 1023) & ~1023u;
+  const uint32_t full0 = buf + kPairStages * kPairBytes, empty0 = full0 + kPairStages * 8;
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  const int i = int(rank), cluster = int(blockIdx.x) / CM, blocks_n = kN / 64;
+  const int m_tile = (cluster / blocks_n) * CM + i, n_tile = cluster % blocks_n;
+  constexpr int total = kK / 64 / 2;  // pairs of k-blocks
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kPairStages; ++s) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(full0 + 8 * s) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(empty0 + 8 * s), "r"(4 * CM) : "memory");
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  const int wg = int(threadIdx.x) / 128, tid = int(threadIdx.x) % 128;
+  if (wg == 0 && tid == 0) {
+    const uint16_t b_mask = CM > 1 ? uint16_t(3) : uint16_t(0);
+    for (int p = 0, s = 0, phase = 1; p < total; ++p) {
+      wait(empty0 + 8 * s, phase);
+      const uint32_t full = full0 + 8 * s, a = buf + s * kPairBytes, b = a + 2 * kTileBytes;
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full), "r"(kPairBytes) : "memory");
+      const CUtensorMap* bmap = CM == 1 ? &maps3.b64 : &maps3.b32;
+      const int b_row = n_tile * 64 + (CM == 1 ? 0 : i * 32), b_off = CM == 1 ? 0 : i * kHalf;
+      if (BOX3) {
+        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {0, %3, %4}], [%2];"
+                     ::"r"(a), "l"(&maps3.a64), "r"(full), "r"(m_tile * 64), "r"(2 * p) : "memory");
+        const uint32_t dst = b + 2 * b_off;  // this CTA's two k-blocks of its half, together
+        if (CM == 1)
+          asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {0, %3, %4}], [%2];"
+                       ::"r"(dst), "l"(bmap), "r"(full), "r"(b_row), "r"(2 * p) : "memory");
+        else
+          asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                       " [%0], [%1, {0, %3, %4}], [%2], %5;" ::"r"(dst), "l"(bmap), "r"(full), "r"(b_row), "r"(2 * p), "h"(b_mask)
+                       : "memory");
+      } else {
+        for (int h = 0; h < 2; ++h) {
+          const int k = (2 * p + h) * 64;
+          load(a + h * kTileBytes, &maps.a64, full, k, m_tile * 64, 0);
+          load(b + h * kTileBytes + b_off, CM == 1 ? &maps.b64 : &maps.b32, full, k, b_row, b_mask);
+        }
+      }
+      if (++s == kPairStages) s = 0, phase ^= 1;
+    }
+  } else if (wg == 1) {
+    uint64_t steady_start = 0;
+    for (int p = 0, s = 0, phase = 0; p < total; ++p) {
+      wait(full0 + 8 * s, phase);
+      if (p == kPairStages) steady_start = globaltimer();
+      if (tid % 32 == 0)
+        for (int q = 0; q < CM; ++q) arrive_on(empty0 + 8 * s, uint32_t(q));
+      __syncwarp();
+      if (++s == kPairStages) s = 0, phase ^= 1;
+    }
+    if (tid == 0) out[blockIdx.x] = Times{steady_start, globaltimer()};
+  }
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
                                  const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -186,6 +256,20 @@ CUtensorMap rows_map(EncodeTiled encode, void* p, int rows, int box_rows, CUtens
   if (encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
              CU_TENSOR_MAP_SWIZZLE_128B, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
     std::printf("encoding a tensor map failed\n");
+    std::exit(1);
+  }
+  return m;
+}
+
+// The same rows as a 3D tensor {64 k, rows, K / 64 k-blocks} (strides: a row, 128 bytes a k-block):
+// a box {64, box_rows, 2} is two k-blocks' 2D boxes, one after the other in shared memory.
+CUtensorMap kblocks_map(EncodeTiled encode, void* p, int rows, int box_rows) {
+  CUtensorMap m;
+  const cuuint64_t dims[3] = {64, cuuint64_t(rows), cuuint64_t(kK / 64)}, strides[2] = {cuuint64_t(kK) * 2, 128};
+  const cuuint32_t box[3] = {64, cuuint32_t(box_rows), 2}, elem[3] = {1, 1, 1};
+  if (encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, p, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+    std::printf("encoding a 3D tensor map failed\n");
     std::exit(1);
   }
   return m;
@@ -243,6 +327,35 @@ void run_case(const Maps& maps, bool alone, int order, const char* promo, Times*
   CK(cudaEventDestroy(e1));
 }
 
+template <int CM, int BOX3>
+void run_pairs(const Maps& maps, const Maps& maps3, bool alone, Times* out) {
+  const auto kernel = intake_pairs<CM, BOX3>;
+  const int smem = 6 * 2 * kStageBytes + 12 * 8 + 1024;
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const int ctas = alone ? CM : kTiles;
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = CM, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+  cfg.gridDim = dim3(ctas), cfg.blockDim = dim3(384), cfg.dynamicSmemBytes = smem, cfg.attrs = attr, cfg.numAttrs = 1;
+  std::vector<Times> host(ctas);
+  std::vector<double> kb_med, kb_max;
+  const int pairs = kK / 64 / 2;
+  for (int it = 0; it < 23; ++it) {
+    CK(cudaLaunchKernelEx(&cfg, kernel, maps, maps3, out));
+    CK(cudaDeviceSynchronize());
+    if (it < 3) continue;
+    CK(cudaMemcpy(host.data(), out, ctas * sizeof(Times), cudaMemcpyDeviceToHost));
+    std::vector<double> per_kb;
+    for (const Times& t : host) per_kb.push_back(double(t.end - t.steady_start) / (2.0 * (pairs - 6)));
+    kb_med.push_back(median(per_kb));
+    kb_max.push_back(*std::max_element(per_kb.begin(), per_kb.end()));
+  }
+  const double ns = median(kb_med);
+  std::printf("%dx1  %-5s %-22s %8.1f %8.1f %8.1f\n", CM, alone ? "alone" : "all", BOX3 ? "one 3D box (32 KB)" : "two 2D boxes each",
+              ns, median(kb_max), kStageBytes / ns);
+}
+
 template <int CM, int CN>
 void run_layout(const Maps& maps, const char* promo, bool orders, Times* out, float* sink) {
   run_case<CM, CN, 0>(maps, true, 0, promo, out, sink);
@@ -292,6 +405,19 @@ int main() {
     run_layout<2, 1>(maps, name, first, out, sink);
     run_layout<1, 2>(maps, name, first, out, sink);
     run_layout<2, 2>(maps, name, first, out, sink);
+  }
+  // Two k-blocks a stage, loads only: each operand's pair as two 2D boxes or one 3D box.
+  std::printf("\nLoads only, 6 stages of two k-blocks (32 KB), row order, L2 promotion 256:\n");
+  std::printf("%-4s %-5s %-22s %8s %8s %8s\n", "MxN", "CTAs", "loads a stage (A, B)", "ns/kb", "max", "B/ns/SM");
+  const Maps maps{rows_map(encode, a, kM, 64, CU_TENSOR_MAP_L2_PROMOTION_L2_256B), rows_map(encode, a, kM, 32, CU_TENSOR_MAP_L2_PROMOTION_L2_256B),
+                  rows_map(encode, b, kN, 64, CU_TENSOR_MAP_L2_PROMOTION_L2_256B), rows_map(encode, b, kN, 32, CU_TENSOR_MAP_L2_PROMOTION_L2_256B)};
+  const Maps maps3{kblocks_map(encode, a, kM, 64), kblocks_map(encode, a, kM, 32), kblocks_map(encode, b, kN, 64),
+                   kblocks_map(encode, b, kN, 32)};
+  for (bool alone : {true, false}) {
+    run_pairs<1, 0>(maps, maps3, alone, out);
+    run_pairs<1, 1>(maps, maps3, alone, out);
+    run_pairs<2, 0>(maps, maps3, alone, out);
+    run_pairs<2, 1>(maps, maps3, alone, out);
   }
   return 0;
 }
