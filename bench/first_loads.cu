@@ -17,30 +17,16 @@
 // Prints, per case, the median over launches of the median and the maximum over CTAs, in ns:
 // entry to barriers ready, to the first stage's loads issued, from issue to the first stage's data
 // and to every stage's. (bench/NOTES.md: "The head of a launch, in a microbenchmark".)
-#include <cuda.h>
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cstdint>
 #include <utility>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
 
-#define CK(x)                                                                 \
-  do {                                                                        \
-    cudaError_t e = (x);                                                      \
-    if (e != cudaSuccess) {                                                   \
-      std::printf("%s failed: %s\n", #x, cudaGetErrorString(e));              \
-      std::exit(1);                                                           \
-    }                                                                         \
-  } while (0)
+#include "sm90_bench.cuh"
 
 namespace {
 
+using namespace sm90_bench;
+
 constexpr int kCtas = 128, kStageBytes = 49152, kMaxStages = 4;
 
-__device__ __forceinline__ uint64_t globaltimer() { uint64_t t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
 __device__ __forceinline__ uint64_t clock64() { uint64_t t; asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)); return t; }
 __device__ __forceinline__ bool try_wait(uint32_t bar) {
   uint32_t done;
@@ -139,41 +125,11 @@ __global__ void other_code(uint32_t* sink) {
   if (x == 0x12345678u) sink[0] = x;
 }
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
-                                 const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-CUtensorMap rows_map(EncodeTiled encode, void* p, int rows, int cols) {
-  CUtensorMap m;
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)}, strides[1] = {cuuint64_t(cols) * 2};
-  const cuuint32_t box[2] = {64, 128}, elem[2] = {1, 1};
-  if (encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
-    std::printf("encoding a tensor map failed\n");
-    std::exit(1);
-  }
-  return m;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 int main() {
-  CK(cudaSetDevice(0));
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
-  if (prop.major != 9) {
-    std::printf("first_loads needs an sm_90 GPU (H100, H200); this is %s (sm_%d%d).\n", prop.name, prop.major, prop.minor);
-    return 1;
-  }
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found;
-  CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
-  const auto encode = reinterpret_cast<EncodeTiled>(fn);
+  const cudaDeviceProp prop = require_sm90("first_loads");
+  const EncodeTiled encode = tensor_map_encoder();
   // Operands: 2048 x 2048 (in step) and 256 x 16384 (spread), bf16; their values do not matter here.
   void *a, *b, *pa, *pb;
   for (void** p : {&a, &b}) {
@@ -184,8 +140,8 @@ int main() {
     CK(cudaMalloc(p, size_t(256) * 16384 * 2));
     CK(cudaMemset(*p, 1, size_t(256) * 16384 * 2));
   }
-  const CUtensorMap in_step[2] = {rows_map(encode, a, 2048, 2048), rows_map(encode, b, 2048, 2048)};
-  const CUtensorMap spread[2] = {rows_map(encode, pa, 256, 16384), rows_map(encode, pb, 256, 16384)};
+  const CUtensorMap in_step[2] = {rows_map(encode, a, 2048, 2048, 128), rows_map(encode, b, 2048, 2048, 128)};
+  const CUtensorMap spread[2] = {rows_map(encode, pa, 256, 16384, 128), rows_map(encode, pb, 256, 16384, 128)};
   const size_t flush_n = (size_t(256) << 20) / 16;
   float4* flush;
   CK(cudaMalloc(&flush, flush_n * 16));

@@ -22,32 +22,17 @@
 // k-block's data to the last, median and maximum over CTAs), the bytes an SM takes in a ns at that
 // pace, and the launch's time by CUDA events; and how many clusters of the layout fit at once.
 // (bench/NOTES.md: "What bounds a 64x64 k-block: the intake microbenchmark".)
-#include <cuda.h>
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-
-#define CK(x)                                                    \
-  do {                                                           \
-    cudaError_t e = (x);                                         \
-    if (e != cudaSuccess) {                                      \
-      std::printf("%s failed: %s\n", #x, cudaGetErrorString(e)); \
-      std::exit(1);                                              \
-    }                                                            \
-  } while (0)
+#include "sm90_bench.cuh"
 
 namespace {
+
+using namespace sm90_bench;
 
 constexpr int kM = 512, kN = 1024, kK = 8192, kTiles = (kM / 64) * (kN / 64);
 constexpr int kStages = 13, kHalf = 4096, kTileBytes = 8192, kStageBytes = 2 * kTileBytes;
 constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;
 constexpr int kSteadyFrom = kStages;  // k-blocks before the steady pace is timed
 
-__device__ __forceinline__ uint64_t globaltimer() { uint64_t t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
 __device__ __forceinline__ bool try_wait(uint32_t bar, uint32_t parity) {
   uint32_t done;
   asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
@@ -66,6 +51,19 @@ __device__ __forceinline__ void load(uint32_t dst, const CUtensorMap* map, uint3
   else
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
                  " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst), "l"(map), "r"(bar), "r"(k), "r"(row), "h"(mask) : "memory");
+}
+// Thread 0: `stages` full barriers (one arrival: the producer's, with the bytes) and empty barriers
+// (`empty_arrivals`: every consumer warp of the cluster); then the cluster meets, so that no peer
+// multicasts or arrives into a barrier before it exists.
+__device__ __forceinline__ void init_stages(uint32_t full0, uint32_t empty0, int stages, uint32_t empty_arrivals) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(full0 + 8 * s) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(empty0 + 8 * s), "r"(empty_arrivals) : "memory");
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 // A K-major 64-row operand tile in 128-byte swizzle, as wgmma reads it: 8-row groups 1024 bytes apart.
 __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
@@ -105,14 +103,7 @@ __global__ void __launch_bounds__(384, 1) intake(const __grid_constant__ Maps ma
   const int cm = order == 1 ? cluster % blocks_m : cluster / blocks_n, cn = order == 1 ? cluster / blocks_m : cluster % blocks_n;
   const int m_tile = cm * CM + i, n_tile = cn * CN + j;
   const int total = (kK / 64) * reps, kb_first = order == 2 ? (cluster * kStages) % (kK / 64) : 0;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(full0 + 8 * s) : "memory");
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(empty0 + 8 * s), "r"(4 * CS) : "memory");
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  init_stages(full0, empty0, kStages, 4 * CS);
   const int wg = int(threadIdx.x) / 128, tid = int(threadIdx.x) % 128;
   if (wg == 0 && tid == 0) {  // the producer lane
     uint16_t a_mask = 0, b_mask = 0;
@@ -193,14 +184,7 @@ __global__ void __launch_bounds__(384, 1) intake_pairs(const __grid_constant__ M
   const int i = int(rank), cluster = int(blockIdx.x) / CM, blocks_n = kN / 64;
   const int m_tile = (cluster / blocks_n) * CM + i, n_tile = cluster % blocks_n;
   constexpr int total = kK / 64 / 2;  // pairs of k-blocks
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kPairStages; ++s) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(full0 + 8 * s) : "memory");
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(empty0 + 8 * s), "r"(4 * CM) : "memory");
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  init_stages(full0, empty0, kPairStages, 4 * CM);
   const int wg = int(threadIdx.x) / 128, tid = int(threadIdx.x) % 128;
   if (wg == 0 && tid == 0) {
     const uint16_t b_mask = CM > 1 ? uint16_t(3) : uint16_t(0);
@@ -245,22 +229,6 @@ __global__ void __launch_bounds__(384, 1) intake_pairs(const __grid_constant__ M
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
-                                 const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-CUtensorMap rows_map(EncodeTiled encode, void* p, int rows, int box_rows, CUtensorMapL2promotion promotion) {
-  CUtensorMap m;
-  const cuuint64_t dims[2] = {cuuint64_t(kK), cuuint64_t(rows)}, strides[1] = {cuuint64_t(kK) * 2};
-  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)}, elem[2] = {1, 1};
-  if (encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-             CU_TENSOR_MAP_SWIZZLE_128B, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
-    std::printf("encoding a tensor map failed\n");
-    std::exit(1);
-  }
-  return m;
-}
-
 // The same rows as a 3D tensor {64 k, rows, K / 64 k-blocks} (strides: a row, 128 bytes a k-block):
 // a box {64, box_rows, 2} is two k-blocks' 2D boxes, one after the other in shared memory.
 CUtensorMap kblocks_map(EncodeTiled encode, void* p, int rows, int box_rows) {
@@ -273,11 +241,6 @@ CUtensorMap kblocks_map(EncodeTiled encode, void* p, int rows, int box_rows) {
     std::exit(1);
   }
   return m;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 const char* const kWork[] = {"wait", "wgmma", "wgmma x2"};
@@ -372,17 +335,8 @@ void run_layout(const Maps& maps, const char* promo, bool orders, Times* out, fl
 }  // namespace
 
 int main() {
-  CK(cudaSetDevice(0));
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
-  if (prop.major != 9) {
-    std::printf("tma_intake needs an sm_90 GPU (H100, H200); this is %s (sm_%d%d).\n", prop.name, prop.major, prop.minor);
-    return 1;
-  }
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found;
-  CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
-  const auto encode = reinterpret_cast<EncodeTiled>(fn);
+  const cudaDeviceProp prop = require_sm90("tma_intake");
+  const EncodeTiled encode = tensor_map_encoder();
   void *a, *b;  // the operands' values do not matter here
   CK(cudaMalloc(&a, size_t(kM) * kK * 2));
   CK(cudaMalloc(&b, size_t(kN) * kK * 2));
@@ -398,8 +352,8 @@ int main() {
               "max", "B/ns/SM", "launch us");
   for (const auto& [promotion, name] : {std::pair{CU_TENSOR_MAP_L2_PROMOTION_L2_256B, "256"},
                                         std::pair{CU_TENSOR_MAP_L2_PROMOTION_L2_128B, "128"}}) {
-    const Maps maps{rows_map(encode, a, kM, 64, promotion), rows_map(encode, a, kM, 32, promotion),
-                    rows_map(encode, b, kN, 64, promotion), rows_map(encode, b, kN, 32, promotion)};
+    const Maps maps{rows_map(encode, a, kM, kK, 64, promotion), rows_map(encode, a, kM, kK, 32, promotion),
+                    rows_map(encode, b, kN, kK, 64, promotion), rows_map(encode, b, kN, kK, 32, promotion)};
     const bool first = promotion == CU_TENSOR_MAP_L2_PROMOTION_L2_256B;  // the orders with one promotion only
     run_layout<1, 1>(maps, name, first, out, sink);
     run_layout<2, 1>(maps, name, first, out, sink);
@@ -409,8 +363,8 @@ int main() {
   // Two k-blocks a stage, loads only: each operand's pair as two 2D boxes or one 3D box.
   std::printf("\nLoads only, 6 stages of two k-blocks (32 KB), row order, L2 promotion 256:\n");
   std::printf("%-4s %-5s %-22s %8s %8s %8s\n", "MxN", "CTAs", "loads a stage (A, B)", "ns/kb", "max", "B/ns/SM");
-  const Maps maps{rows_map(encode, a, kM, 64, CU_TENSOR_MAP_L2_PROMOTION_L2_256B), rows_map(encode, a, kM, 32, CU_TENSOR_MAP_L2_PROMOTION_L2_256B),
-                  rows_map(encode, b, kN, 64, CU_TENSOR_MAP_L2_PROMOTION_L2_256B), rows_map(encode, b, kN, 32, CU_TENSOR_MAP_L2_PROMOTION_L2_256B)};
+  const Maps maps{rows_map(encode, a, kM, kK, 64), rows_map(encode, a, kM, kK, 32), rows_map(encode, b, kN, kK, 64),
+                  rows_map(encode, b, kN, kK, 32)};
   const Maps maps3{kblocks_map(encode, a, kM, 64), kblocks_map(encode, a, kM, 32), kblocks_map(encode, b, kN, 64),
                    kblocks_map(encode, b, kN, 32)};
   for (bool alone : {true, false}) {
