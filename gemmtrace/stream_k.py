@@ -134,7 +134,7 @@ def _serial_partition(units: int, num_kb: int, max_workers: int, min_gain_pct: i
     return Partition(units, num_kb, workers, units - split_tiles, iters // workers, iters % workers)
 
 
-# The H100's HBM bandwidth over one SM's TMA intake (the kernel's kHbmOverSmIntake).
+# The H100's HBM bandwidth over what one SM's k-loop draws in (the kernel's kHbmOverSmIntake).
 HBM_OVER_SM_INTAKE = 35.0
 
 

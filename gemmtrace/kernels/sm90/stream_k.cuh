@@ -186,7 +186,6 @@ inline Partition make_partition(int units, int num_kb, int max_workers, int min_
   return serial;
 }
 
-
 // The workspace keeps a slot (and a flag) per group, CTA of the cluster and computing consumer
 // warpgroup, in that order: kClusterParts<T> of them a group. A group is a cluster (or, for the
 // parallel fix-up's counts, a tile).
@@ -215,10 +214,11 @@ int64_t workspace_bytes(const Partition& part) {
 // The parallel fix-up cuts a tile into no more segments than it takes for their SMs to draw the
 // operands in as fast as HBM delivers them: past that the k-loops wait on HBM all the same, and
 // every segment more adds a partial to write and read back, and a CTA to start. A CTA takes in
-// (BM + BN) * K_seg * 2 bytes at an SM's intake rate; the operands, (M + N) * K * 2 bytes, come at
-// HBM's: so S = (BM + BN) / (M + N) * kHbmOverSmIntake segments, rounded up. The ratio: the H100's
-// HBM delivers about 3 TB/s, and one SM takes in 85-90 GB/s by TMA (a 64x64 or 128x256 tile's
-// k-blocks with the grid capped at two CTAs, bench/NOTES.md). Measured on nine few-tile shapes with
+// (BM + BN) * K_seg * 2 bytes at the pace its k-loop draws them in; the operands, (M + N) * K * 2
+// bytes, come at HBM's: so S = (BM + BN) / (M + N) * kHbmOverSmIntake segments, rounded up. The
+// ratio: the H100's HBM delivers about 3 TB/s, and a k-loop draws 85-90 GB/s into its SM (a 64x64 or
+// 128x256 tile's k-blocks with the grid capped at two CTAs; the loads alone would come faster,
+// bench/tma_intake.cu, bench/NOTES.md). Measured on nine few-tile shapes with
 // every segment count forced, the best was within one step of this (bench/NOTES.md).
 constexpr double kHbmOverSmIntake = 35.0;
 template <class T>
