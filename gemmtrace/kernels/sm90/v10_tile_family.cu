@@ -49,9 +49,9 @@ constexpr int kFamily = 10;
 // 64x64/c1 254 and 64x64/c2 333 TFLOP/s (bench/results/20261124-h100-v10-stage-counters.json; the
 // consumer's stage counters made 128x128/c2 0.74 -> 0.85 of 128x256/c2; 128x128/k2 keeps the 0.60
 // fitted with its exchange cost below, against 0.59 measured). The 64-row and 128-wide
-// tiles are slower per flop, and not for shared-memory bandwidth: Nsight Compute puts their bank
-// reads at 20-33 % of peak. cuBLAS's 64x64 tile reads half as many bytes from L2 and keeps its
-// tensor pipe busier (bench/NOTES.md).
+// tiles are slower per flop, and where measured not for shared-memory bandwidth: Nsight Compute
+// puts the bank reads of 64x64/c2 and 128x128/c2 at 20 and 33 % of peak. cuBLAS's 64x64 tile
+// reads half as many bytes from L2 and keeps its tensor pipe busier (bench/NOTES.md).
 constexpr double kThroughput[kFamily] = {1.00, 0.93, 0.925, 0.85, 0.67, 0.54, 0.46, 0.60, 0.34, 0.44};
 
 // A split k-block costs this many whole ones. Split ranges start at different k offsets on
