@@ -1,6 +1,7 @@
-// What bench's CUDA microbenchmarks (first_loads.cu, tma_intake.cu) share: error checks, the sm_90
-// check, the driver's tensor-map encoder, 2D bf16 operand maps in 128-byte swizzle, the median, and
-// the global timer. Included by relative path, so each still builds with one nvcc command.
+// What bench's CUDA microbenchmarks (first_loads.cu, tma_intake.cu, cluster_placement.cu) share:
+// error checks, the sm_90 check, the driver's tensor-map encoder, 2D bf16 operand maps in 128-byte
+// swizzle, the median, and the global timer. Included by relative path, so each still builds with
+// one nvcc command.
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime.h>

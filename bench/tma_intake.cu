@@ -17,7 +17,11 @@
 //   each cluster starting its k-loop at its own k-block (13 apart) and wrapping around;
 // - the tensor maps' L2 promotion, 128 or 256 bytes;
 // - loads only, with 6 stages of two k-blocks: each operand's two k-blocks as two 2D boxes, or as one
-//   3D box (half the TMA instructions, each twice as large).
+//   3D box (half the TMA instructions, each twice as large);
+// - the producer's form: a lone lane that waits for the stage, arms its full barrier with the bytes
+//   and issues the loads (as gemmtrace's kernels); a lone lane that issues the loads first, arms the
+//   barrier after them and asks whether the next stage is free before it needs it (the order
+//   cuBLAS's 64x64 kernel's SASS shows); or the latter as a whole warp, one lane elected to issue.
 // Prints per case the median over 20 launches of: the steady time a k-block takes (from the 13th
 // k-block's data to the last, median and maximum over CTAs), the bytes an SM takes in a ns at that
 // pace, and the launch's time by CUDA events; and how many clusters of the layout fit at once.
@@ -89,8 +93,10 @@ struct Times { uint64_t steady_start, end; };
 // (CM cm + i, CN cn + j) of its cluster's block (cm, cn). With CN = 2 it loads half of its A panel
 // and multicasts it to (i, 0) and (i, 1); with CM = 2 half of its B panel, to (0, j) and (1, j).
 // MMA: 0 the consumer only waits, 1 one chain of wgmma, 2 two (a template argument: a run-time
-// choice between accumulator sets makes ptxas fence the wgmma pipeline).
-template <int CM, int CN, int MMA>
+// choice between accumulator sets makes ptxas fence the wgmma pipeline). PROD, the producer's form:
+// 0 a lone lane, wait, arm, load; 1 a lone lane, load, arm, and the next stage's wait asked ahead; 2
+// form 1 in a converged warp (one elected lane issues, so no loop around each TMA instruction).
+template <int CM, int CN, int MMA, int PROD = 0>
 __global__ void __launch_bounds__(384, 1) intake(const __grid_constant__ Maps maps, int reps, int order, Times* out, float* sink) {
   constexpr int CS = CM * CN;
   extern __shared__ __align__(1024) uint8_t smem[];
@@ -105,20 +111,37 @@ __global__ void __launch_bounds__(384, 1) intake(const __grid_constant__ Maps ma
   const int total = (kK / 64) * reps, kb_first = order == 2 ? (cluster * kStages) % (kK / 64) : 0;
   init_stages(full0, empty0, kStages, 4 * CS);
   const int wg = int(threadIdx.x) / 128, tid = int(threadIdx.x) % 128;
-  if (wg == 0 && tid == 0) {  // the producer lane
+  if (wg == 0 && (PROD == 2 ? tid < 32 : tid == 0)) {  // the producer lane (form 2: its warp)
     uint16_t a_mask = 0, b_mask = 0;
     for (int q = 0; q < CN && CN > 1; ++q) a_mask |= uint16_t(1u << (i + CM * q));
     for (int q = 0; q < CM && CM > 1; ++q) b_mask |= uint16_t(1u << (q + CM * j));
+    bool free_ahead = PROD != 0 && try_wait(empty0, 1);  // forms 1, 2: the stage's wait asked ahead
     for (int kb = 0, s = 0, phase = 1; kb < total; ++kb) {
-      wait(empty0 + 8 * s, phase);
+      if (!free_ahead) wait(empty0 + 8 * s, phase);
       const uint32_t full = full0 + 8 * s, a = buf + s * kStageBytes, b = a + kTileBytes;
       const int k = ((kb_first + kb) % (kK / 64)) * 64;
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full), "r"(kStageBytes) : "memory");
-      if (CN == 1) load(a, &maps.a64, full, k, m_tile * 64, 0);
-      else load(a + j * kHalf, &maps.a32, full, k, m_tile * 64 + j * 32, a_mask);
-      if (CM == 1) load(b, &maps.b64, full, k, n_tile * 64, 0);
-      else load(b + i * kHalf, &maps.b32, full, k, n_tile * 64 + i * 32, b_mask);
+      bool issuer = true;
+      if constexpr (PROD == 2) {
+        __syncwarp();  // the lanes' waits may have ended apart: elect.sync needs them together
+        uint32_t elected;
+        asm volatile("{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n selp.u32 %0, 1, 0, p;\n}" : "=r"(elected));
+        issuer = elected != 0;
+      }
+      if (PROD == 0)
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full), "r"(kStageBytes) : "memory");
+      if (issuer) {
+        if (CN == 1) load(a, &maps.a64, full, k, m_tile * 64, 0);
+        else load(a + j * kHalf, &maps.a32, full, k, m_tile * 64 + j * 32, a_mask);
+        if (CM == 1) load(b, &maps.b64, full, k, n_tile * 64, 0);
+        else load(b + i * kHalf, &maps.b32, full, k, n_tile * 64 + i * 32, b_mask);
+        // Armed after its loads: the bytes may land first (the transaction count goes below zero),
+        // and the phase still waits for this arrival.
+        if (PROD != 0)
+          asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full), "r"(kStageBytes) : "memory");
+      }
       if (++s == kStages) s = 0, phase ^= 1;
+      if (PROD != 0) free_ahead = try_wait(empty0 + 8 * s, phase);
+      if (PROD == 2) __syncwarp();
     }
   } else if (wg == 1) {  // the consumer warpgroup
     float acc[32], acc2[32];  // written by the first k-block's wgmma (accumulate = 0)
@@ -245,13 +268,14 @@ CUtensorMap kblocks_map(EncodeTiled encode, void* p, int rows, int box_rows) {
 
 const char* const kWork[] = {"wait", "wgmma", "wgmma x2"};
 const char* const kOrder[] = {"-", "row", "column", "row, k 13c"};
+const char* const kForm[] = {"", "  (producer: load, arm, next wait ahead)", "  (producer: the same, a converged warp)"};
 
 // alone: one cluster, its k-loop 8 times over; else every tile at once (order: 0 row, 1 column, 2
 // row with each cluster's k-loop starting at its own k-block).
-template <int CM, int CN, int MMA>
+template <int CM, int CN, int MMA, int PROD = 0>
 void run_case(const Maps& maps, bool alone, int order, const char* promo, Times* out, float* sink) {
   constexpr int CS = CM * CN, mma = MMA;
-  const auto kernel = intake<CM, CN, MMA>;
+  const auto kernel = intake<CM, CN, MMA, PROD>;
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   const int ctas = alone ? CS : kTiles, reps = alone ? 8 : 1;
@@ -284,8 +308,8 @@ void run_case(const Maps& maps, bool alone, int order, const char* promo, Times*
     launch_us.push_back(ms * 1e3);
   }
   const double ns = median(kb_med);
-  std::printf("%dx%d  %-5s %-8s %-10s %-4s %8d %8.1f %8.1f %8.1f %10.2f\n", CM, CN, alone ? "alone" : "all", kWork[mma],
-              kOrder[alone ? 0 : order + 1], promo, fits, ns, median(kb_max), kStageBytes / ns, median(launch_us));
+  std::printf("%dx%d  %-5s %-8s %-10s %-4s %8d %8.1f %8.1f %8.1f %10.2f%s\n", CM, CN, alone ? "alone" : "all", kWork[mma],
+              kOrder[alone ? 0 : order + 1], promo, fits, ns, median(kb_max), kStageBytes / ns, median(launch_us), kForm[PROD]);
   CK(cudaEventDestroy(e0));
   CK(cudaEventDestroy(e1));
 }
@@ -373,5 +397,24 @@ int main() {
     run_pairs<2, 0>(maps, maps3, alone, out);
     run_pairs<2, 1>(maps, maps3, alone, out);
   }
+  // The producer's form, L2 promotion 256, row order (and 2x1 with each cluster at its own k).
+  std::printf("\nThe producer's form (the rows without a note: wait, arm, load, as above):\n");
+  run_case<1, 1, 0, 0>(maps, true, 0, "256", out, sink);
+  run_case<1, 1, 0, 1>(maps, true, 0, "256", out, sink);
+  run_case<1, 1, 0, 2>(maps, true, 0, "256", out, sink);
+  run_case<2, 1, 0, 0>(maps, true, 0, "256", out, sink);
+  run_case<2, 1, 0, 1>(maps, true, 0, "256", out, sink);
+  run_case<2, 1, 0, 2>(maps, true, 0, "256", out, sink);
+  for (int order : {0, 2}) {
+    run_case<2, 1, 0, 0>(maps, false, order, "256", out, sink);
+    run_case<2, 1, 0, 1>(maps, false, order, "256", out, sink);
+    run_case<2, 1, 0, 2>(maps, false, order, "256", out, sink);
+  }
+  run_case<1, 1, 0, 0>(maps, false, 0, "256", out, sink);
+  run_case<1, 1, 0, 1>(maps, false, 0, "256", out, sink);
+  run_case<1, 1, 0, 2>(maps, false, 0, "256", out, sink);
+  run_case<2, 1, 1, 0>(maps, false, 0, "256", out, sink);
+  run_case<2, 1, 1, 1>(maps, false, 0, "256", out, sink);
+  run_case<2, 1, 1, 2>(maps, false, 0, "256", out, sink);
   return 0;
 }

@@ -106,11 +106,11 @@ def test_bisect_profiler_substitutions_match_the_kernel():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-@pytest.mark.parametrize("name", ["first_loads", "tma_intake"])
+@pytest.mark.parametrize("name", ["first_loads", "tma_intake", "cluster_placement"])
 def test_microbenchmark_builds_with_its_documented_command(tmp_path, name):
     """bench's CUDA microbenchmarks (first_loads.cu: the launch head; tma_intake.cu: a 64x64 tile's
-    k-blocks by cluster layout) compile with the command their header gives, with no warnings and,
-    for ptxas, no wgmma serialized."""
+    k-blocks by cluster layout; cluster_placement.cu: which SMs share a GPC) compile with the command
+    their header gives, with no warnings and, for ptxas, no wgmma serialized."""
     from gemmtrace.build import nvcc_path
 
     src = Path(__file__).resolve().parents[1] / "bench" / f"{name}.cu"
@@ -123,3 +123,25 @@ def test_microbenchmark_builds_with_its_documented_command(tmp_path, name):
     assert "warning" not in r.stderr.lower(), r.stderr
     assert "Performance Loss" not in r.stderr and "is injected" not in r.stderr, r.stderr
     assert out.stat().st_size > 0
+
+
+def test_gpc_tile_orders_give_each_gpc_one_row_of_a():
+    """bench/gpc_tile_orders.py: with clusters placed round-robin over four GPCs, gpc-a gives each
+    GPC's 16 clusters one row of 16 tiles (they share A), gpc-b gives them four columns (they share
+    B), and every order is a permutation of the tiles; a placement of the wrong size is refused."""
+    path = Path(__file__).resolve().parent.parent / "bench" / "gpc_tile_orders.py"
+    spec = importlib.util.spec_from_file_location("gpc_tile_orders", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows, cols = 4, 16
+    groups = [c % 4 for c in range(64)]
+    orders = mod.orders(groups, rows, cols)
+    for name, o in orders.items():
+        assert sorted(o.tolist()) == list(range(64)), name
+    for g in range(4):
+        mine = [int(orders["gpc-a"][c]) for c in range(64) if groups[c] == g]
+        assert {t // cols for t in mine} == {g}
+        assert len({t % cols for t in orders["gpc-b"][[c for c in range(64) if groups[c] == g]]}) == 4
+    assert orders["row"].tolist() == list(range(64))
+    with pytest.raises(SystemExit):
+        mod.orders(groups[:60], rows, cols)
