@@ -343,6 +343,14 @@ void run_pairs(const Maps& maps, const Maps& maps3, bool alone, Times* out) {
               ns, median(kb_max), kStageBytes / ns);
 }
 
+// One case in each of the producer's three forms, L2 promotion 256.
+template <int CM, int CN, int MMA>
+void run_forms(const Maps& maps, bool alone, int order, Times* out, float* sink) {
+  run_case<CM, CN, MMA, 0>(maps, alone, order, "256", out, sink);
+  run_case<CM, CN, MMA, 1>(maps, alone, order, "256", out, sink);
+  run_case<CM, CN, MMA, 2>(maps, alone, order, "256", out, sink);
+}
+
 template <int CM, int CN>
 void run_layout(const Maps& maps, const char* promo, bool orders, Times* out, float* sink) {
   run_case<CM, CN, 0>(maps, true, 0, promo, out, sink);
@@ -399,22 +407,10 @@ int main() {
   }
   // The producer's form, L2 promotion 256, row order (and 2x1 with each cluster at its own k).
   std::printf("\nThe producer's form (the rows without a note: wait, arm, load, as above):\n");
-  run_case<1, 1, 0, 0>(maps, true, 0, "256", out, sink);
-  run_case<1, 1, 0, 1>(maps, true, 0, "256", out, sink);
-  run_case<1, 1, 0, 2>(maps, true, 0, "256", out, sink);
-  run_case<2, 1, 0, 0>(maps, true, 0, "256", out, sink);
-  run_case<2, 1, 0, 1>(maps, true, 0, "256", out, sink);
-  run_case<2, 1, 0, 2>(maps, true, 0, "256", out, sink);
-  for (int order : {0, 2}) {
-    run_case<2, 1, 0, 0>(maps, false, order, "256", out, sink);
-    run_case<2, 1, 0, 1>(maps, false, order, "256", out, sink);
-    run_case<2, 1, 0, 2>(maps, false, order, "256", out, sink);
-  }
-  run_case<1, 1, 0, 0>(maps, false, 0, "256", out, sink);
-  run_case<1, 1, 0, 1>(maps, false, 0, "256", out, sink);
-  run_case<1, 1, 0, 2>(maps, false, 0, "256", out, sink);
-  run_case<2, 1, 1, 0>(maps, false, 0, "256", out, sink);
-  run_case<2, 1, 1, 1>(maps, false, 0, "256", out, sink);
-  run_case<2, 1, 1, 2>(maps, false, 0, "256", out, sink);
+  run_forms<1, 1, 0>(maps, true, 0, out, sink);
+  run_forms<2, 1, 0>(maps, true, 0, out, sink);
+  for (int order : {0, 2}) run_forms<2, 1, 0>(maps, false, order, out, sink);
+  run_forms<1, 1, 0>(maps, false, 0, out, sink);
+  run_forms<2, 1, 1>(maps, false, 0, out, sink);
   return 0;
 }
