@@ -15,7 +15,8 @@
 //   taken in turn (two chains, summed at the end);
 // - with every tile at once: clusters over the tiles in row or column order, or in row order with
 //   each cluster starting its k-loop at its own k-block (13 apart) and wrapping around;
-// - the tensor maps' L2 promotion, 128 or 256 bytes;
+// - the tensor maps' L2 promotion: 256, 128 or 64 bytes, or none (the last two with the 1x1 and 2x1
+//   layouts only);
 // - loads only, with 6 stages of two k-blocks: each operand's two k-blocks as two 2D boxes, or as one
 //   3D box (half the TMA instructions, each twice as large);
 // - the producer's form: a lone lane that waits for the stage, arms its full barrier with the bytes
@@ -25,7 +26,8 @@
 // Prints per case the median over 20 launches of: the steady time a k-block takes (from the 13th
 // k-block's data to the last, median and maximum over CTAs), the bytes an SM takes in a ns at that
 // pace, and the launch's time by CUDA events; and how many clusters of the layout fit at once.
-// (bench/NOTES.md: "What bounds a 64x64 k-block: the intake microbenchmark".)
+// (bench/NOTES.md: "What bounds a 64x64 k-block: the intake microbenchmark" and "Where cuBLAS's
+// 64x64 kernel saves its L2 reads, and where its time goes".)
 #include "sm90_bench.cuh"
 
 namespace {
@@ -383,12 +385,15 @@ int main() {
   std::printf("%-4s %-5s %-8s %-10s %-4s %8s %8s %8s %8s %10s\n", "MxN", "CTAs", "consumer", "order", "L2", "clusters", "ns/kb",
               "max", "B/ns/SM", "launch us");
   for (const auto& [promotion, name] : {std::pair{CU_TENSOR_MAP_L2_PROMOTION_L2_256B, "256"},
-                                        std::pair{CU_TENSOR_MAP_L2_PROMOTION_L2_128B, "128"}}) {
+                                        std::pair{CU_TENSOR_MAP_L2_PROMOTION_L2_128B, "128"},
+                                        std::pair{CU_TENSOR_MAP_L2_PROMOTION_L2_64B, "64"},
+                                        std::pair{CU_TENSOR_MAP_L2_PROMOTION_NONE, "none"}}) {
     const Maps maps{rows_map(encode, a, kM, kK, 64, promotion), rows_map(encode, a, kM, kK, 32, promotion),
                     rows_map(encode, b, kN, kK, 64, promotion), rows_map(encode, b, kN, kK, 32, promotion)};
     const bool first = promotion == CU_TENSOR_MAP_L2_PROMOTION_L2_256B;  // the orders with one promotion only
     run_layout<1, 1>(maps, name, first, out, sink);
     run_layout<2, 1>(maps, name, first, out, sink);
+    if (promotion == CU_TENSOR_MAP_L2_PROMOTION_L2_64B || promotion == CU_TENSOR_MAP_L2_PROMOTION_NONE) continue;
     run_layout<1, 2>(maps, name, first, out, sink);
     run_layout<2, 2>(maps, name, first, out, sink);
   }
