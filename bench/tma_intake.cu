@@ -22,7 +22,9 @@
 // - the producer's form: a lone lane that waits for the stage, arms its full barrier with the bytes
 //   and issues the loads (as gemmtrace's kernels); a lone lane that issues the loads first, arms the
 //   barrier after them and asks whether the next stage is free before it needs it (the order
-//   cuBLAS's 64x64 kernel's SASS shows); or the latter as a whole warp, one lane elected to issue.
+//   cuBLAS's 64x64 kernel's SASS shows); or the latter as a whole warp, one lane elected to issue;
+// - the consumer's release of a stage: lane 0 of every consumer warp arriving on every CTA of the
+//   cluster (as gemmtrace's kernels), or one thread of the warpgroup a CTA (as cuBLAS and CUTLASS).
 // Prints per case the median over 20 launches of: the steady time a k-block takes (from the 13th
 // k-block's data to the last, median and maximum over CTAs), the bytes an SM takes in a ns at that
 // pace, and the launch's time by CUDA events; and how many clusters of the layout fit at once.
@@ -98,7 +100,9 @@ struct Times { uint64_t steady_start, end; };
 // choice between accumulator sets makes ptxas fence the wgmma pipeline). PROD, the producer's form:
 // 0 a lone lane, wait, arm, load; 1 a lone lane, load, arm, and the next stage's wait asked ahead; 2
 // form 1 in a converged warp (one elected lane issues, so no loop around each TMA instruction).
-template <int CM, int CN, int MMA, int PROD = 0>
+// REL, the consumer's release of a stage: 0 lane 0 of every consumer warp arrives on every CTA of
+// the cluster (as gemmtrace's kernels); 1 thread r of the warpgroup arrives on CTA r, once.
+template <int CM, int CN, int MMA, int PROD = 0, int REL = 0>
 __global__ void __launch_bounds__(384, 1) intake(const __grid_constant__ Maps maps, int reps, int order, Times* out, float* sink) {
   constexpr int CS = CM * CN;
   extern __shared__ __align__(1024) uint8_t smem[];
@@ -111,7 +115,7 @@ __global__ void __launch_bounds__(384, 1) intake(const __grid_constant__ Maps ma
   const int cm = order == 1 ? cluster % blocks_m : cluster / blocks_n, cn = order == 1 ? cluster / blocks_m : cluster % blocks_n;
   const int m_tile = cm * CM + i, n_tile = cn * CN + j;
   const int total = (kK / 64) * reps, kb_first = order == 2 ? (cluster * kStages) % (kK / 64) : 0;
-  init_stages(full0, empty0, kStages, 4 * CS);
+  init_stages(full0, empty0, kStages, REL ? CS : 4 * CS);
   const int wg = int(threadIdx.x) / 128, tid = int(threadIdx.x) % 128;
   if (wg == 0 && (PROD == 2 ? tid < 32 : tid == 0)) {  // the producer lane (form 2: its warp)
     uint16_t a_mask = 0, b_mask = 0;
@@ -169,8 +173,11 @@ __global__ void __launch_bounds__(384, 1) intake(const __grid_constant__ Maps ma
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
       }
-      if ((MMA == 0 || kb > 0) && tid % 32 == 0)
+      if (REL) {  // a wgmma is one operation of the warpgroup: one warp's wait covers all four
+        if ((MMA == 0 || kb > 0) && tid < CS) arrive_on(empty0 + 8 * released, uint32_t(tid));
+      } else if ((MMA == 0 || kb > 0) && tid % 32 == 0) {
         for (int q = 0; q < CS; ++q) arrive_on(empty0 + 8 * released, uint32_t(q));
+      }
       __syncwarp();
       if (++s == kStages) s = 0, phase ^= 1;
     }
@@ -271,13 +278,14 @@ CUtensorMap kblocks_map(EncodeTiled encode, void* p, int rows, int box_rows) {
 const char* const kWork[] = {"wait", "wgmma", "wgmma x2"};
 const char* const kOrder[] = {"-", "row", "column", "row, k 13c"};
 const char* const kForm[] = {"", "  (producer: load, arm, next wait ahead)", "  (producer: the same, a converged warp)"};
+const char* const kRelease = "  (release: one thread of the warpgroup a CTA)";
 
 // alone: one cluster, its k-loop 8 times over; else every tile at once (order: 0 row, 1 column, 2
 // row with each cluster's k-loop starting at its own k-block).
-template <int CM, int CN, int MMA, int PROD = 0>
+template <int CM, int CN, int MMA, int PROD = 0, int REL = 0>
 void run_case(const Maps& maps, bool alone, int order, const char* promo, Times* out, float* sink) {
   constexpr int CS = CM * CN, mma = MMA;
-  const auto kernel = intake<CM, CN, MMA, PROD>;
+  const auto kernel = intake<CM, CN, MMA, PROD, REL>;
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   const int ctas = alone ? CS : kTiles, reps = alone ? 8 : 1;
@@ -311,7 +319,7 @@ void run_case(const Maps& maps, bool alone, int order, const char* promo, Times*
   }
   const double ns = median(kb_med);
   std::printf("%dx%d  %-5s %-8s %-10s %-4s %8d %8.1f %8.1f %8.1f %10.2f%s\n", CM, CN, alone ? "alone" : "all", kWork[mma],
-              kOrder[alone ? 0 : order + 1], promo, fits, ns, median(kb_max), kStageBytes / ns, median(launch_us), kForm[PROD]);
+              kOrder[alone ? 0 : order + 1], promo, fits, ns, median(kb_max), kStageBytes / ns, median(launch_us), REL ? kRelease : kForm[PROD]);
   CK(cudaEventDestroy(e0));
   CK(cudaEventDestroy(e1));
 }
@@ -351,6 +359,13 @@ void run_forms(const Maps& maps, bool alone, int order, Times* out, float* sink)
   run_case<CM, CN, MMA, 0>(maps, alone, order, "256", out, sink);
   run_case<CM, CN, MMA, 1>(maps, alone, order, "256", out, sink);
   run_case<CM, CN, MMA, 2>(maps, alone, order, "256", out, sink);
+}
+
+// One case with each of the consumer's two releases, row order, L2 promotion 256.
+template <int CM, int CN, int MMA>
+void run_releases(const Maps& maps, bool alone, Times* out, float* sink) {
+  run_case<CM, CN, MMA, 0, 0>(maps, alone, 0, "256", out, sink);
+  run_case<CM, CN, MMA, 0, 1>(maps, alone, 0, "256", out, sink);
 }
 
 template <int CM, int CN>
@@ -417,5 +432,13 @@ int main() {
   for (int order : {0, 2}) run_forms<2, 1, 0>(maps, false, order, out, sink);
   run_forms<1, 1, 0>(maps, false, 0, out, sink);
   run_forms<2, 1, 1>(maps, false, 0, out, sink);
+  // The consumer's release: every consumer warp on every CTA, or one thread of the warpgroup a CTA.
+  std::printf("\nThe consumer's release (the rows without a note: every warp arrives on every CTA):\n");
+  run_releases<2, 1, 0>(maps, true, out, sink);
+  run_releases<2, 1, 1>(maps, true, out, sink);
+  run_releases<1, 1, 1>(maps, true, out, sink);
+  run_releases<2, 1, 0>(maps, false, out, sink);
+  run_releases<2, 1, 1>(maps, false, out, sink);
+  run_releases<1, 1, 1>(maps, false, out, sink);
   return 0;
 }
