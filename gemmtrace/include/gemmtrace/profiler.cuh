@@ -191,10 +191,10 @@ struct Recorder<true, 0> {
 // nothing measurable; bench/NOTES.md). Lane 0 keeps the region's header and a ring of kRing records
 // in shared memory (kSmemBytes from `smem`, 16-byte aligned). record_span() only stores to the ring;
 // poll(), which the kernel calls where it has registers to spare, copies each full half of the ring
-// to the region with one cp.async.bulk; finish() copies the rest, then the header, after every
-// record has landed. Contract: poll at least once every kRing / 2 records (a debug build traps
-// otherwise). Hot-path state is three registers (ring address, count, base cycles): the region's
-// address, its capacity and the count flushed so far wait in the shared header.
+// to the region with one cp.async.bulk; finish() copies the rest, then the header. Contract: poll
+// at least once every kRing / 2 records (a debug build traps otherwise). Hot-path state is three
+// registers (ring address, count, base cycles): the region's address, its capacity and the count
+// flushed so far wait in the shared header.
 template <int kRing>
 struct Recorder<true, kRing> {
   static_assert(kRing >= 2 && kRing % 2 == 0, "the ring is flushed in halves");
@@ -301,8 +301,12 @@ struct Recorder<true, kRing> {
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
   }
 
-  // The full halves, the partial one, then the header (end times, count, magic) once every record
-  // has landed: a region whose header never arrives is one whose warp never finished.
+  // The full halves, the partial one, then the header (end times, count, magic): a region whose
+  // header never arrives is one whose warp never finished. The warp waits only for the copies to
+  // have read shared memory, which must outlive them; their writes complete with the grid, before
+  // the host reads the buffer (waiting for them to land cost the profiled 64x64/c2 tile 0.3 us a
+  // launch at 512x1024x8192; bench/NOTES.md). A debug build keeps the records landing before the
+  // header, so that a kernel stopped by a hang report leaves no header ahead of its records.
   __device__ __forceinline__ void finish() {
     poll();
     if (smem_ == 0 || !leader()) return;
@@ -316,11 +320,13 @@ struct Recorder<true, kRing> {
     asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(smem_ + 48), "r"(uint32_t(ns)), "r"(uint32_t(ns >> 32)) : "memory");
     asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(smem_ + kRegionAt), "r"(0u), "r"(0u) : "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#ifdef GEMMTRACE_DEBUG
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // every record written before the header
+#endif
     asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(smem_),
                  "r"(kHeaderWords * 4) : "memory");
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
   }
 };
 
