@@ -7,9 +7,9 @@
 // The program launches clusters of 16, 12, 9, 8, 6, 4 and 2 CTAs (one CTA an SM, all resident at once,
 // CTAs spinning 200 us so none finishes before the last starts), records each CTA's SM, and joins
 // the SMs of every cluster into groups. SMs that no cluster reached are left in groups of their own.
-// Then it launches 128 CTAs in clusters of two with 225 KB of shared memory each (the launch of
-// gemmtrace's 64x64/c2 tile at 512x1024x8192) three times and prints, per cluster, its SMs and
-// group, and whether the placement repeated. The last line, "cluster_group: g0 g1 ...", is what
+// Then it launches 128 CTAs in clusters of two with 225 KB of shared memory each (one CTA an SM,
+// as gemmtrace's 64x64/c2 tile launches them at 512x1024x8192) three times and prints, per cluster,
+// its SMs and group, and whether the placement repeated. The last line, "cluster_group: g0 g1 ...", is what
 // bench/gpc_tile_orders.py reads. (bench/NOTES.md: "Where cuBLAS's 64x64 kernel saves its L2 reads".)
 #include "sm90_bench.cuh"
 
@@ -53,6 +53,14 @@ std::vector<int> place(int cluster, int smem, int ctas) {
   std::vector<int> sm(ctas);
   CK(cudaMemcpy(sm.data(), d, ctas * sizeof(int), cudaMemcpyDeviceToHost));
   CK(cudaFree(d));
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  for (int s : sm)
+    if (s < 0 || s >= sms) {
+      std::printf("a CTA reported SM %d, outside 0..%d: this GPU numbers its SMs in a way this program does not handle.\n", s,
+                  sms - 1);
+      std::exit(1);
+    }
   return sm;
 }
 

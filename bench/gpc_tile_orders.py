@@ -3,16 +3,15 @@ sharing operands inside a GPC does to L2 traffic and time (needs an sm_90 GPU an
 
     nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o cluster_placement bench/cluster_placement.cu
     ./cluster_placement > placement.txt
-    ncu --cache-control none --kernel-name regex:"gemm_persistent|nvjet" \\
-        --metrics gpu__time_duration.sum,lrc__lts2lrc_sectors_op_read.sum,\\
-    lrc__request_sectors_op_read_coalescing_achieved_type_hardware.sum,lrc__lrc2xbar_cycles_stalled.sum \\
-        --csv python bench/gpc_tile_orders.py placement.txt
+    M=gpu__time_duration.sum,lts__t_bytes.sum,lrc__lts2lrc_sectors_op_read.sum
+    M=$M,lrc__request_sectors_op_read_coalescing_achieved_type_hardware.sum,lrc__xbar2gpc_sectors_op_read.sum
+    ncu --cache-control none --kernel-name regex:"gemm_persistent|nvjet" --metrics $M --csv python bench/gpc_tile_orders.py placement.txt
 
 At 512x1024x8192 the tile's 64 clusters (128 CTAs, one wave) each take one tile of a 4 x 16 grid of
 cluster tiles (the two CTAs share B by multicast). The orders, by position in the cluster sequence:
 - row: cluster c takes tile c (the 16 clusters that share a row of A are consecutive);
 - gpc-a: the clusters sorted by GPC take the tiles in row order, so the clusters of one GPC share
-  their A rows;
+  one or two rows of A (two where a GPC's clusters do not fill a row, or start inside one);
 - gpc-b: the same clusters take the tiles column by column, so those of one GPC share B columns.
 Each order is checked against an fp32 torch product, then launched three times, then cuBLAS three
 times, for the profiler to compare. (bench/NOTES.md: "Where cuBLAS's 64x64 kernel saves its L2

@@ -61,8 +61,8 @@ __device__ __forceinline__ void load(uint32_t dst, const CUtensorMap* map, uint3
                  " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst), "l"(map), "r"(bar), "r"(k), "r"(row), "h"(mask) : "memory");
 }
 // Thread 0: `stages` full barriers (one arrival: the producer's, with the bytes) and empty barriers
-// (`empty_arrivals`: every consumer warp of the cluster); then the cluster meets, so that no peer
-// multicasts or arrives into a barrier before it exists.
+// (`empty_arrivals`: every consumer warp of the cluster, or one arrival a CTA of it with REL = 1);
+// then the cluster meets, so that no peer multicasts or arrives into a barrier before it exists.
 __device__ __forceinline__ void init_stages(uint32_t full0, uint32_t empty0, int stages, uint32_t empty_arrivals) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(384, 1) intake(const __grid_constant__ Maps ma
       const int k = ((kb_first + kb) % (kK / 64)) * 64;
       bool issuer = true;
       if constexpr (PROD == 2) {
-        __syncwarp();  // the lanes' waits may have ended apart: elect.sync needs them together
+        __syncwarp();  // gathers the lanes, whose waits may end apart, before one is elected
         uint32_t elected;
         asm volatile("{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n selp.u32 %0, 1, 0, p;\n}" : "=r"(elected));
         issuer = elected != 0;
@@ -173,7 +173,11 @@ __global__ void __launch_bounds__(384, 1) intake(const __grid_constant__ Maps ma
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
       }
-      if (REL) {  // a wgmma is one operation of the warpgroup: one warp's wait covers all four
+      if (REL) {
+        // A wgmma is one operation of the warpgroup, so one warp's wait covers all four. With no
+        // wgmma to hold them together, the warpgroup meets first: a warp left a ring behind would
+        // wait on a full barrier's later phase.
+        if (MMA == 0) asm volatile("bar.sync 1, 128;" ::: "memory");
         if ((MMA == 0 || kb > 0) && tid < CS) arrive_on(empty0 + 8 * released, uint32_t(tid));
       } else if ((MMA == 0 || kb > 0) && tid % 32 == 0) {
         for (int q = 0; q < CS; ++q) arrive_on(empty0 + 8 * released, uint32_t(q));

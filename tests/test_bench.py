@@ -145,3 +145,25 @@ def test_gpc_tile_orders_give_each_gpc_one_row_of_a():
     assert orders["row"].tolist() == list(range(64))
     with pytest.raises(SystemExit):
         mod.orders(groups[:60], rows, cols)
+
+
+def test_gpc_tile_orders_on_a_measured_placement(tmp_path):
+    """gpc-a on the placement measured on an H100 (uneven groups: four lone TPCs, one group of four
+    clusters, seven of eight; bench/results/20261124-h100-l2-coalescing-gpc-kscan.json): each group's
+    clusters take consecutive tiles in row order, so they span at most two rows of tiles; the
+    placement's cluster_group line parses to 64 groups."""
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("gpc_tile_orders", root / "bench" / "gpc_tile_orders.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    results = json.loads((root / "bench" / "results" / "20261124-h100-l2-coalescing-gpc-kscan.json").read_text())
+    placement = results["gpc_orders"]["placement_run_b"]
+    tmp = tmp_path / "placement.txt"
+    tmp.write_text("\n".join(placement) + "\n")
+    groups = mod.cluster_groups(tmp)
+    assert len(groups) == 64
+    orders = mod.orders(groups, 4, 16)
+    for g in set(groups):
+        tiles = sorted(int(orders["gpc-a"][c]) for c in range(64) if groups[c] == g)
+        assert tiles == list(range(tiles[0], tiles[0] + len(tiles)))  # consecutive
+        assert len({t // 16 for t in tiles}) <= 2

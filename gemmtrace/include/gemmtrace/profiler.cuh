@@ -302,11 +302,10 @@ struct Recorder<true, kRing> {
   }
 
   // The full halves, the partial one, then the header (end times, count, magic): a region whose
-  // header never arrives is one whose warp never finished. The warp waits only for the copies to
-  // have read shared memory, which must outlive them; their writes complete with the grid, before
-  // the host reads the buffer (waiting for them to land cost the profiled 64x64/c2 tile 0.3 us a
-  // launch at 512x1024x8192; bench/NOTES.md). A debug build keeps the records landing before the
-  // header, so that a kernel stopped by a hang report leaves no header ahead of its records.
+  // header never arrives is one whose warp never finished. The warp then waits only for the copies
+  // to have read shared memory, which must outlive them; their writes complete with the grid,
+  // before the host reads the buffer (waiting for them to land cost the profiled 64x64/c2 tile
+  // 0.2-0.4 us a launch at 512x1024x8192; bench/NOTES.md).
   __device__ __forceinline__ void finish() {
     poll();
     if (smem_ == 0 || !leader()) return;
@@ -320,9 +319,6 @@ struct Recorder<true, kRing> {
     asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(smem_ + 48), "r"(uint32_t(ns)), "r"(uint32_t(ns >> 32)) : "memory");
     asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(smem_ + kRegionAt), "r"(0u), "r"(0u) : "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#ifdef GEMMTRACE_DEBUG
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // every record written before the header
-#endif
     asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(smem_),
                  "r"(kHeaderWords * 4) : "memory");
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");

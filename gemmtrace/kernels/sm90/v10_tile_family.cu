@@ -51,8 +51,9 @@ constexpr int kFamily = 10;
 // fitted with its exchange cost below, against 0.59 measured). The 64-row and 128-wide
 // tiles are slower per flop, and where measured not for shared-memory bandwidth: Nsight Compute
 // puts the bank reads of 64x64/c2 and 128x128/c2 at 20 and 33 % of peak. cuBLAS's 64x64 tile
-// runs its k-blocks 1.36 times as fast with the same fixed costs; the L2 reads it saves (the CTAs
-// sharing A placed in one GPC) are not why (bench/NOTES.md).
+// runs its k-blocks 1.34-1.35 times as fast with the same fixed costs. It also reads less from L2,
+// partly by keeping the CTAs that share A in one GPC; an order doing that cut ours by 15 % and left
+// its time unchanged (bench/NOTES.md).
 constexpr double kThroughput[kFamily] = {1.00, 0.93, 0.925, 0.85, 0.67, 0.54, 0.46, 0.60, 0.34, 0.44};
 
 // A split k-block costs this many whole ones. Split ranges start at different k offsets on
