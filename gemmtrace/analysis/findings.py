@@ -892,11 +892,13 @@ class _Rules:
         m, tr = self.m, self.tr
         if not self.split_k():
             return self.skip("stream_k_fixup", "no partial tiles passed between CTAs")
-        mma_sm, _, mma_last = intervals.group_min_max(np.where(tr.group == _G["mma"], tr.sm_idx, -1), tr.start, tr.end)
-        if not mma_sm.size:
+        # Each SM's last MMA, from the tensor-core tail the metrics measured (D minus it, after T0).
+        per_sm_tc = m.load_balance.per_sm
+        with_mma = per_sm_tc["busy_ns"].to_numpy() > 0
+        if not with_mma.any():
             return self.skip("stream_k_fixup", "no SM recorded an MMA")
-        last = np.full(len(tr.sm_ids), np.iinfo(np.int64).max, np.int64)  # no MMA: nothing comes after
-        last[mma_sm] = mma_last
+        mma_last = m.t0_ns + m.duration_ns - per_sm_tc["tc_tail_ns"].to_numpy().astype(np.int64)
+        last = np.where(with_mma, mma_last, np.iinfo(np.int64).max)  # no MMA: nothing comes after
         span_last = last[tr.sm_idx]
         codes = [tr.tag_names.index(t) for t in _FIXUP_TAGS if t in tr.tag_names]
         after = np.isin(tr.tag_codes, codes) & (tr.end > span_last)
@@ -923,7 +925,7 @@ class _Rules:
         ends = np.full(len(tr.sm_ids), -1, np.int64)
         sm_keys, _, sm_end = intervals.group_min_max(tr.sm_idx, tr.start, tr.end)
         ends[sm_keys] = sm_end  # an SM without MMAs keeps its own end
-        ends[mma_sm] = mma_last
+        ends[with_mma] = mma_last[with_mma]
         new_end = int(ends.max() - tr.t0)
         saving = max(0, m.duration_ns - new_end)
         estimate = None
