@@ -31,8 +31,8 @@ __global__ void where(int* sm_of_cta, uint64_t spin_ns) {
 }
 
 // One launch of `ctas` CTAs (0: as many clusters as fit at once) in clusters of `cluster`, with
-// `smem` bytes of dynamic shared memory each; returns each CTA's SM.
-std::vector<int> place(int cluster, int smem, int ctas) {
+// `smem` bytes of dynamic shared memory each; returns each CTA's SM (checked to be below `sms`).
+std::vector<int> place(int cluster, int smem, int ctas, int sms) {
   CK(cudaFuncSetAttribute(where, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   CK(cudaFuncSetAttribute(where, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   cudaLaunchConfig_t cfg = {};
@@ -53,8 +53,6 @@ std::vector<int> place(int cluster, int smem, int ctas) {
   std::vector<int> sm(ctas);
   CK(cudaMemcpy(sm.data(), d, ctas * sizeof(int), cudaMemcpyDeviceToHost));
   CK(cudaFree(d));
-  int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   for (int s : sm)
     if (s < 0 || s >= sms) {
       std::printf("a CTA reported SM %d, outside 0..%d: this GPU numbers its SMs in a way this program does not handle.\n", s,
@@ -77,7 +75,7 @@ int main() {
   std::vector<int> parent(sms);
   std::iota(parent.begin(), parent.end(), 0);
   for (int cluster : {16, 12, 9, 8, 6, 4, 2}) {
-    const std::vector<int> sm = place(cluster, big, 0);
+    const std::vector<int> sm = place(cluster, big, 0, sms);
     for (size_t c = 0; c + cluster <= sm.size(); c += cluster)
       for (int r = 1; r < cluster; ++r) parent[find(parent, sm[c + r])] = find(parent, sm[c]);
   }
@@ -98,9 +96,9 @@ int main() {
     std::printf("\n");
   }
   // The 64x64/c2 launch: 128 CTAs in clusters of two, 225 KB each (one CTA an SM).
-  const std::vector<int> first = place(2, 225 * 1024, 128);
+  const std::vector<int> first = place(2, 225 * 1024, 128, sms);
   bool same = true;
-  for (int rep = 0; rep < 2; ++rep) same = same && place(2, 225 * 1024, 128) == first;
+  for (int rep = 0; rep < 2; ++rep) same = same && place(2, 225 * 1024, 128, sms) == first;
   std::printf("128 CTAs in clusters of two: the same SMs in 3 launches: %s\n", same ? "yes" : "no");
   std::printf("cluster: SMs (group)\n");
   for (int c = 0; c < 64; ++c) std::printf("%2d: %3d %3d (%d)%s", c, first[2 * c], first[2 * c + 1], group[first[2 * c]], c % 8 == 7 ? "\n" : "   ");

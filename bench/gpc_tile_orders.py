@@ -58,7 +58,8 @@ def main() -> None:
     from gemmtrace.launch import KernelLibrary
 
     lib = KernelLibrary(build("v10").library, "v10")
-    plan = lib.plan(lib.args(M, N, K, variant=TILE_64X64_C2, num_sms=torch.cuda.get_device_properties(0).multi_processor_count))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    plan = lib.plan(lib.args(M, N, K, variant=TILE_64X64_C2, num_sms=sms))
     rows, cols = -(-M // plan.tile_m) // plan.cluster, -(-N // plan.tile_n)
     tables = {name: torch.from_numpy(o).cuda() for name, o in orders(cluster_groups(Path(sys.argv[1])), rows, cols).items()}
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -70,7 +71,7 @@ def main() -> None:
     for name, table in tables.items():
         args = lib.args(M, N, K, a=a.data_ptr(), b=b.data_ptr(), c=c.data_ptr(), workspace=ws.data_ptr(),
                         stream=torch.cuda.current_stream().cuda_stream, variant=TILE_64X64_C2,
-                        num_sms=torch.cuda.get_device_properties(0).multi_processor_count, tile_order=table.data_ptr())
+                        num_sms=sms, tile_order=table.data_ptr())
         c.fill_(float("nan"))
         lib.launch(args)
         torch.cuda.synchronize()

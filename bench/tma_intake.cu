@@ -48,6 +48,10 @@ __device__ __forceinline__ bool try_wait(uint32_t bar, uint32_t parity) {
   return done != 0;
 }
 __device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) { while (!try_wait(bar, parity)) {} }
+// The producer's arrival on a full barrier, with the bytes its phase waits for.
+__device__ __forceinline__ void arm(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void arrive_on(uint32_t bar, uint32_t cta) {
   asm volatile("{\n .reg .b32 r;\n mapa.shared::cluster.u32 r, %0, %1;\n mbarrier.arrive.shared::cluster.b64 _, [r];\n}"
                ::"r"(bar), "r"(cta) : "memory");
@@ -133,8 +137,7 @@ __global__ void __launch_bounds__(384, 1) intake(const __grid_constant__ Maps ma
         asm volatile("{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n selp.u32 %0, 1, 0, p;\n}" : "=r"(elected));
         issuer = elected != 0;
       }
-      if (PROD == 0)
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full), "r"(kStageBytes) : "memory");
+      if (PROD == 0) arm(full, kStageBytes);
       if (issuer) {
         if (CN == 1) load(a, &maps.a64, full, k, m_tile * 64, 0);
         else load(a + j * kHalf, &maps.a32, full, k, m_tile * 64 + j * 32, a_mask);
@@ -142,8 +145,7 @@ __global__ void __launch_bounds__(384, 1) intake(const __grid_constant__ Maps ma
         else load(b + i * kHalf, &maps.b32, full, k, n_tile * 64 + i * 32, b_mask);
         // Armed after its loads: the bytes may land first (the transaction count goes below zero),
         // and the phase still waits for this arrival.
-        if (PROD != 0)
-          asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full), "r"(kStageBytes) : "memory");
+        if (PROD != 0) arm(full, kStageBytes);
       }
       if (++s == kStages) s = 0, phase ^= 1;
       if (PROD != 0) free_ahead = try_wait(empty0 + 8 * s, phase);
@@ -227,7 +229,7 @@ __global__ void __launch_bounds__(384, 1) intake_pairs(const __grid_constant__ M
     for (int p = 0, s = 0, phase = 1; p < total; ++p) {
       wait(empty0 + 8 * s, phase);
       const uint32_t full = full0 + 8 * s, a = buf + s * kPairBytes, b = a + 2 * kTileBytes;
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full), "r"(kPairBytes) : "memory");
+      arm(full, kPairBytes);
       const CUtensorMap* bmap = CM == 1 ? &maps3.b64 : &maps3.b32;
       const int b_row = n_tile * 64 + (CM == 1 ? 0 : i * 32), b_off = CM == 1 ? 0 : i * kHalf;
       if (BOX3) {
