@@ -109,6 +109,15 @@ enum BarrierId : uint32_t {
   kExchangeFull = 6, kExchangeFree = 7
 };
 
+// Lane 0's v, which every lane of the warp already holds. Said this way, ptxas knows the value is
+// warp-uniform and keeps what follows from it in uniform registers: the k-loop's wgmma descriptors
+// follow from the warpgroup's index and the stage counters, and where either looked divergent to
+// ptxas (an index from threadIdx; counters carried around the tile loop past a stream-K fix-up,
+// whose per-thread waits ptxas cannot see through) it built them in ordinary registers and moved
+// each into uniform ones with R2UR before every wgmma.
+template <class V>
+__device__ __forceinline__ V warp_uniform(V v) { return V(__shfl_sync(0xffffffffu, int(v), 0)); }
+
 template <class S, class = void>
 struct SplitsK : std::false_type {};
 template <class S>
@@ -164,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto smem_b = [&](int s) { return stage0 + s * T::kStageBytes + T::kTileBytesA; };
   auto full = [&](int s) { return full0 + s * 8; };
   auto empty = [&](int s) { return empty0 + s * 8; };
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp_uniform(warp / 4);
   const uint32_t rank = kCluster > 1 ? cluster_ctarank() : 0, peer = rank ^ 1;
   // Each role builds its own scheduler after the register split (setmaxnreg): state carried across
   // it has to fit the producer's 40 registers, and ptxas spills it otherwise.
@@ -315,8 +324,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     int stage = 0;
     uint32_t phase = 0;
     auto stage_before = [](int s) { return s == 0 ? kStages - 1 : s - 1; };
+    // Where a consumer holds at most 64 accumulators a thread, a stage's operand descriptors are
+    // built once and a k16 step adds its offset to them (see kblock); the larger tiles build them
+    // per wgmma.
+    constexpr bool kDescPerStage = T::kRowGroups * WN <= 128;
+    // After each tile the larger tiles' counters are said again to be warp-uniform (warp_uniform),
+    // so that their k-loops build the descriptors in uniform registers: 0.3-1 point of cuBLAS more
+    // at 4096^3 and 6144x6144x1096 on the H100, the other large shapes within their spread. The
+    // smaller tiles keep ordinary registers: the uniform form made 64x64/c2 1-2 % slower at
+    // 512x1024x8192 and 3-10 % at x16384 (CUDA events, boost clock), though 7.5 % faster under
+    // Nsight Compute's base clock and its profiled build 7 % faster still (bench/NOTES.md).
+    auto after_tile = [&] {
+      if constexpr (!kDescPerStage) stage = warp_uniform(stage), phase = warp_uniform(phase);
+    };
     auto wg_sync = [cw] { named_barrier_sync(1 + cw, 128); };
-    while (sched.next_tile(false, issuer, rank, wg_sync, m_block, n_block)) {
+    for (; sched.next_tile(false, issuer, rank, wg_sync, m_block, n_block); after_tile()) {
       const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
       int kb0 = 0, kb1 = num_kb;  // the k-blocks of this tile to compute: all, unless the scheduler splits K
       if constexpr (kSplitsK) sched.k_range(kb0, kb1);
@@ -340,7 +362,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         // them there by itself, but in the profiled one the wait's recording branch stops it, and
         // built after the wait they sat between the data's arrival and the first wgmma (1-2 % of
         // the profiled 64x64/c2's time on the H100; bench/NOTES.md).
-        constexpr bool kDescPerStage = T::kRowGroups * WN <= 128;
         const uint64_t desc_high = make_desc_sw128(0) & ~uint64_t(0xFFFFFFFFu);
         uint32_t stage_a = uint32_t(make_desc_sw128(smem_a(s) + T::row0(cw) * 128));
         uint32_t stage_b = uint32_t(make_desc_sw128(smem_b(s) + T::col0(cw) * 128));
