@@ -331,9 +331,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     // After each tile the larger tiles' counters are said again to be warp-uniform (warp_uniform),
     // so that their k-loops build the descriptors in uniform registers: 0.3-1 point of cuBLAS more
     // at 4096^3 and 6144x6144x1096 on the H100, the other large shapes within their spread. The
-    // smaller tiles keep ordinary registers: the uniform form made 64x64/c2 1-2 % slower at
-    // 512x1024x8192 and 3-10 % at x16384 (CUDA events, boost clock), though 7.5 % faster under
-    // Nsight Compute's base clock and its profiled build 7 % faster still (bench/NOTES.md).
+    // smaller tiles keep ordinary registers: the uniform form made 64x64/c2 2-3 % slower at
+    // 512x1024x8192 and x16384 by the medians (CUDA events, boost clock), though 7.5 % faster at
+    // Nsight Compute's base clock, and its profiled build 7 % faster than the old plain one
+    // (bench/NOTES.md).
     auto after_tile = [&] {
       if constexpr (!kDescPerStage) stage = warp_uniform(stage), phase = warp_uniform(phase);
     };
