@@ -88,14 +88,20 @@ def test_cli_bench_help_names_the_suite():
     assert out.returncode == 0 and "--suite" in out.stdout
 
 
+def _bench_script(name: str):
+    """bench/<name>.py loaded as a module (bench/ is not a package)."""
+    path = Path(__file__).resolve().parent.parent / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def test_bisect_profiler_substitutions_match_the_kernel():
     """bench/bisect_profiler.py makes its variants by replacing lines of persistent_gemm.cuh and
     stream_k.cuh as written. A kernel edit that reindents or rewords one of them would otherwise show
     only on a GPU, as the script's assertion; here it fails without one."""
-    path = Path(__file__).resolve().parent.parent / "bench" / "bisect_profiler.py"
-    spec = importlib.util.spec_from_file_location("bisect_profiler", path)
-    bp = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bp)
+    bp = _bench_script("bisect_profiler")
     texts = {"persistent": (bp.K / "persistent_gemm.cuh").read_text(), "stream_k": (bp.K / "stream_k.cuh").read_text()}
     for name, reps in bp.VARIANTS.items():
         edited = dict(texts)
@@ -129,10 +135,7 @@ def test_gpc_tile_orders_give_each_gpc_one_row_of_a():
     """bench/gpc_tile_orders.py: with clusters placed round-robin over four GPCs, gpc-a gives each
     GPC's 16 clusters one row of 16 tiles (they share A), gpc-b gives them four columns (they share
     B), and every order is a permutation of the tiles; a placement of the wrong size is refused."""
-    path = Path(__file__).resolve().parent.parent / "bench" / "gpc_tile_orders.py"
-    spec = importlib.util.spec_from_file_location("gpc_tile_orders", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _bench_script("gpc_tile_orders")
     rows, cols = 4, 16
     groups = [c % 4 for c in range(64)]
     orders = mod.orders(groups, rows, cols)
@@ -153,9 +156,7 @@ def test_gpc_tile_orders_on_a_measured_placement(tmp_path):
     clusters take consecutive tiles in row order, so they span at most two rows of tiles; the
     placement's cluster_group line parses to 64 groups."""
     root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("gpc_tile_orders", root / "bench" / "gpc_tile_orders.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _bench_script("gpc_tile_orders")
     results = json.loads((root / "bench" / "results" / "20261124-h100-l2-coalescing-gpc-kscan.json").read_text())
     placement = results["gpc_orders"]["placement_run_b"]
     tmp = tmp_path / "placement.txt"

@@ -324,9 +324,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int stage = 0;
     uint32_t phase = 0;
     auto stage_before = [](int s) { return s == 0 ? kStages - 1 : s - 1; };
-    // Where a consumer holds at most 64 accumulators a thread, a stage's operand descriptors are
-    // built once and a k16 step adds its offset to them (see kblock); the larger tiles build them
-    // per wgmma.
+    // (kblock's operand descriptors: built once a stage where a consumer holds at most 64 accumulators)
     constexpr bool kDescPerStage = T::kRowGroups * WN <= 128;
     // After each tile the larger tiles' counters are said again to be warp-uniform (warp_uniform),
     // so that their k-loops build the descriptors in uniform registers: 0.3-1 point of cuBLAS more
