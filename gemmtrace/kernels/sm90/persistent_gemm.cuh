@@ -80,6 +80,10 @@ struct Tile {
   static constexpr int kRowGroups = WM / 64;
   static constexpr int kPanels = kRowGroups * (WN / 64);  // 64x64 panels of C per consumer
   static constexpr int kAccFloat4s = kRowGroups * WN / 8;  // a consumer thread's accumulators, in float4s
+  // At most 64 accumulators a consumer thread (64x64, 64x128, 64x256, 128x128): a k-block's wgmma
+  // group is short. The producer's registers and the consumers' operand descriptors take another
+  // form there (gemm_persistent).
+  static constexpr bool kFewAccumulators = kAccFloat4s <= 16;
   static constexpr int kPieceFloat4s = kAccFloat4s / kSplitK;
   static constexpr int kTileBytesA = BM * BK * 2, kTileBytesB = BN * BK * 2;
   static constexpr int kHalfBytesB = kTileBytesB / kCluster;
@@ -117,6 +121,14 @@ enum BarrierId : uint32_t {
 // each into uniform ones with R2UR before every wgmma.
 template <class V>
 __device__ __forceinline__ V warp_uniform(V v) { return V(__shfl_sync(0xffffffffu, int(v), 0)); }
+
+// Zero, in a form ptxas cannot prove warp-uniform (the lane id shifted out): what is added to it
+// stays in ordinary registers.
+__device__ __forceinline__ int per_thread_zero() {
+  int zero;
+  asm volatile("{\n .reg .u32 lane;\n mov.u32 lane, %%laneid;\n shr.u32 %0, lane, 5;\n}" : "=r"(zero));
+  return zero;
+}
 
 template <class S, class = void>
 struct SplitsK : std::false_type {};
@@ -217,6 +229,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       // the lone issuing lane's path from one k-block's loads to the next).
       int stage = 0;
       uint32_t phase = 1;
+      // The lone lane's stage and coordinates: ptxas keeps them in uniform registers throughout,
+      // unless told they are per-thread; then it keeps them in ordinary ones and moves them into
+      // uniform ones inside each TMA issue. The tiles with few accumulators (with the consumers'
+      // counters uniform, below) run their load-bound k-loops faster that way on the H100: 64x64/c2
+      // up to 6 % and 64x64/c1 16 % at 512x1024x8192, the others within their spread. Found in the
+      // profiled build, whose records gave the loop that form; why the loads then arrive sooner is
+      // not known (bench/NOTES.md).
+      const int stage_offset = T::kFewAccumulators ? per_thread_zero() : 0;
       while (true) {
         const bool more = sched.next_tile(true, true, rank, [] {}, m_block, n_block);
         const uint32_t tile = more ? uint32_t(m_block) * grid_n + n_block : kNoTile;
@@ -231,7 +251,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // stage was not free. Recording (and polling) every k-block's issue cost the 128x128 tiles
         // 11 points at 4096^3: the lone producer lane is on the loads' critical path (bench/NOTES.md).
         for (int kb = kb0; kb < kb1; ++kb, ++it) {
-          const int s = stage;
+          const int s = stage + stage_offset;
           const uint32_t parity = phase;
           if (++stage == kStages) stage = 0, phase ^= 1;
           // A wait for a free stage is recorded only when it outlasts try_wait's own suspension, and
@@ -325,17 +345,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t phase = 0;
     auto stage_before = [](int s) { return s == 0 ? kStages - 1 : s - 1; };
     // (kblock's operand descriptors: built once a stage where a consumer holds at most 64 accumulators)
-    constexpr bool kDescPerStage = T::kRowGroups * WN <= 128;
-    // After each tile the larger tiles' counters are said again to be warp-uniform (warp_uniform),
-    // so that their k-loops build the descriptors in uniform registers: 0.3-1 point of cuBLAS more
-    // at 4096^3 and 6144x6144x1096 on the H100, the other large shapes within their spread. The
-    // smaller tiles keep ordinary registers: the uniform form made 64x64/c2 2-3 % slower at
-    // 512x1024x8192 and x16384 by the medians (CUDA events, boost clock), though 7.5 % faster at
-    // Nsight Compute's base clock, and its profiled build 7 % faster than the old plain one
-    // (bench/NOTES.md).
-    auto after_tile = [&] {
-      if constexpr (!kDescPerStage) stage = warp_uniform(stage), phase = warp_uniform(phase);
-    };
+    constexpr bool kDescPerStage = T::kFewAccumulators;
+    // After each tile the counters are said again to be warp-uniform (warp_uniform), so that the
+    // k-loops build the descriptors in uniform registers: 0.3-1 point of cuBLAS more at 4096^3 and
+    // 6144x6144x1096 on the H100, the other large shapes within their spread. On 64x64/c2 it pays
+    // only together with the producer's per-thread form (above): about 4 % with it, 2-3 % slower
+    // without it (bench/NOTES.md).
+    auto after_tile = [&] { stage = warp_uniform(stage), phase = warp_uniform(phase); };
     auto wg_sync = [cw] { named_barrier_sync(1 + cw, 128); };
     for (; sched.next_tile(false, issuer, rank, wg_sync, m_block, n_block); after_tile()) {
       const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
