@@ -74,7 +74,7 @@ constexpr int kMinSplitGainPct = 10;
 // added up by one CTA: for the tiles whose consumers hold 64 accumulators a thread. With 128
 // (128x256, 256x128) the profiled build spills with it, and those tiles keep v9's fix-up.
 template <class T>
-constexpr bool kParallelFixup = T::kRowGroups * T::WN / 2 <= 64 && T::kSplitK == 1;
+constexpr bool kParallelFixup = T::kFewAccumulators && T::kSplitK == 1;
 template <class T>
 using Sched = stream_k::Scheduler<T, kMinSplitGainPct, kParallelFixup<T>>;
 
