@@ -344,8 +344,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     int stage = 0;
     uint32_t phase = 0;
     auto stage_before = [](int s) { return s == 0 ? kStages - 1 : s - 1; };
-    // (kblock's operand descriptors: built once a stage where a consumer holds at most 64 accumulators)
-    constexpr bool kDescPerStage = T::kFewAccumulators;
     // After each tile the counters are said again to be warp-uniform (warp_uniform), so that the
     // k-loops build the descriptors in uniform registers: 0.3-1 point of cuBLAS more at 4096^3 and
     // 6144x6144x1096 on the H100, the other large shapes within their spread. On 64x64/c2 it pays
@@ -377,6 +375,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // them there by itself, but in the profiled one the wait's recording branch stops it, and
         // built after the wait they sat between the data's arrival and the first wgmma (1-2 % of
         // the profiled 64x64/c2's time on the H100; bench/NOTES.md).
+        constexpr bool kDescPerStage = T::kFewAccumulators;
         const uint64_t desc_high = make_desc_sw128(0) & ~uint64_t(0xFFFFFFFFu);
         uint32_t stage_a = uint32_t(make_desc_sw128(smem_a(s) + T::row0(cw) * 128));
         uint32_t stage_b = uint32_t(make_desc_sw128(smem_b(s) + T::col0(cw) * 128));

@@ -71,8 +71,8 @@ constexpr double kSplitKBlockCost = 2.0;
 constexpr int kMinSplitGainPct = 10;
 // With fewer tiles than clusters every tile is cut over all the clusters and its segments reduce
 // it together (stream_k.cuh, the parallel fix-up), instead of v9's at most sqrt(K_b / 2) segments
-// added up by one CTA: for the tiles whose consumers hold 64 accumulators a thread. With 128
-// (128x256, 256x128) the profiled build spills with it, and those tiles keep v9's fix-up.
+// added up by one CTA: for the tiles whose consumers hold at most 64 accumulators a thread. With
+// 128 (128x256, 256x128) the profiled build spills with it, and those tiles keep v9's fix-up.
 template <class T>
 constexpr bool kParallelFixup = T::kFewAccumulators && T::kSplitK == 1;
 template <class T>
