@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .tile_order import SNAKE_BAND
+
 # Time to move one warpgroup's fp32 partial through L2, in k-blocks of mainloop time.
 FIXUP_KBLOCKS = 2
 PARALLEL_FIXUP_KBLOCKS = 12  # v10's parallel fix-up: store, the wait, slices read back (measured ~5 us)
@@ -89,14 +91,57 @@ class Partition:
         return out
 
 
+# v10's tail split (the kernel's make_tail_partition): on grids of at least TAIL_MIN_WAVES whole
+# waves, split only the last partial wave's tiles, where the estimate below gains TAIL_MIN_GAIN_PCT.
+TAIL_STORE_KBLOCKS, TAIL_READ_KBLOCKS, TAIL_MIN_GAIN_PCT, TAIL_MIN_WAVES = 4, 6, 1, 3
+L2_BYTES = 50 * 1024 * 1024  # the H100's, as the kernel assumes
+
+
+def tail_split_kblocks(p: Partition, slowdown: float) -> int:
+    """The kernel's tail_split_kblocks: whole waves, the busiest split range slowed by `slowdown`,
+    one partial stored and the other segments' partials of a tile read back."""
+    rest = p.units - p.dp_tiles
+    return (p.dp_tiles // p.workers * p.num_kb + math.ceil(slowdown * (p.sk_base + (p.sk_extra > 0)))
+            + TAIL_STORE_KBLOCKS + TAIL_READ_KBLOCKS * (-(-p.workers // rest) - 1))
+
+
+def _tail_partition(units: int, num_kb: int, workers: int, slowdown: float, otherwise: Partition) -> Partition:
+    rest = units % workers
+    iters = rest * num_kb
+    if slowdown <= 0 or units < TAIL_MIN_WAVES * workers or rest == 0 or iters > _MAX_SPLIT_ITERS:
+        return otherwise
+    tail = Partition(units, num_kb, workers, units - rest, iters // workers, iters % workers)
+    whole_kblocks = -(-units // workers) * num_kb
+    return tail if tail_split_kblocks(tail, slowdown) * 100 < whole_kblocks * (100 - TAIL_MIN_GAIN_PCT) else otherwise
+
+
+def tail_slowdown(m: int, n: int, k: int, tile: tuple[int, int], cluster: int, workers: int, order: str) -> float:
+    """The kernel's tail_slowdown: 1.1 where the tail's A and B panels fit in L2, 1.2 up to a quarter
+    over, else 0 (no tail split); only the snake order's tail is known, and only 128x256/c2 measured."""
+    bm, bn = tile
+    rows, cols = math.ceil(math.ceil(m / bm) / cluster), math.ceil(n / bn)
+    rest = rows * cols % workers
+    if (bm, bn, cluster) != (128, 256, 2) or order != "snake" or rest == 0:
+        return 0.0
+    band = rows - (rows - 1) // SNAKE_BAND * SNAKE_BAND
+    if rest <= band * cols:
+        r, c = min(band, rest), -(-rest // band)
+    else:
+        r, c = min(rows, band + SNAKE_BAND * -(-(rest - band * cols) // (SNAKE_BAND * cols))), cols
+    nbytes = (r * bm * cluster + c * bn) * k * 2
+    return 1.1 if nbytes <= L2_BYTES else 1.2 if nbytes <= 1.25 * L2_BYTES else 0.0
+
+
 def partition(units: int, num_kb: int, max_workers: int, min_gain_pct: int = 0,
-              parallel_fixup: bool = False, hbm_segments: int = 0) -> Partition:
-    """The kernel's make_partition: the serial partition below, or with `parallel_fixup` and fewer
+              parallel_fixup: bool = False, hbm_segments: int = 0, tail_slowdown: float = 0.0) -> Partition:
+    """The kernel's make_partition: the serial partition below (or, with `tail_slowdown` > 0, v10's
+    tail split where it pays), or with `parallel_fixup` and fewer
     tiles than clusters every tile cut on its own into floor(clusters / tiles) segments, one cluster
     each, whichever leaves the busiest cluster fewer k-blocks (the parallel fix-up counted as
     PARALLEL_FIXUP_KBLOCKS); at most `hbm_segments` segments a tile where that is given."""
-    serial = _serial_partition(units, num_kb, max_workers, min_gain_pct)
     w_all = max(1, max_workers)
+    serial = _tail_partition(units, num_kb, w_all, tail_slowdown,
+                             _serial_partition(units, num_kb, max_workers, min_gain_pct))
     if not parallel_fixup or units >= w_all or units * num_kb > _MAX_SPLIT_ITERS:
         return serial
     segments = min(w_all // units, num_kb)
@@ -145,14 +190,18 @@ def hbm_segments(m: int, n: int, bm: int, bn: int) -> int:
 
 
 def for_shape(m: int, n: int, k: int, sms: int = 132, tile: tuple[int, int, int] = (128, 256, 64),
-              cluster: int = 2, min_gain_pct: int = 0, parallel_fixup: bool = False, split_k: int = 1) -> Partition:
+              cluster: int = 2, min_gain_pct: int = 0, parallel_fixup: bool = False, split_k: int = 1,
+              order: str | None = None) -> Partition:
     """The partition v9 (or v10, with its tile and min_gain_pct=10) uses for an (M, N, K) GEMM on
     `sms` SMs (or a max_ctas cap). split_k: CTAs a cluster splitting each unit's k-loop (v10's /kN
-    tiles), so clusters of cluster * split_k CTAs."""
+    tiles), so clusters of cluster * split_k CTAs. order: v10's tile order, for its tail split (None:
+    v9, which has none)."""
     bm, bn, bk = tile
     units = math.ceil(math.ceil(m / bm) / cluster) * math.ceil(n / bn)
-    return partition(units, math.ceil(k / bk), max(1, sms // (cluster * split_k)), min_gain_pct, parallel_fixup,
-                     hbm_segments(m, n, bm, bn))
+    workers = max(1, sms // (cluster * split_k))
+    slowdown = tail_slowdown(m, n, k, (bm, bn), cluster * split_k, workers, order) if order else 0.0
+    return partition(units, math.ceil(k / bk), workers, min_gain_pct, parallel_fixup, hbm_segments(m, n, bm, bn),
+                     slowdown)
 
 
 @dataclass(frozen=True)
@@ -171,13 +220,13 @@ class V10Workspace:
 
 
 def for_v10(m: int, n: int, k: int, tile_m: int, tile_n: int, cluster: int, split_k: int = 1,
-            sms: int = 132) -> V10Workspace:
-    """v10 (v10_tile_family.cu) running a tile_m x tile_n tile at (M, N, K): its 10 % split gain, and
-    the parallel fix-up for the tiles with 64 accumulators a thread (kParallelFixup) unless their
-    clusters split K."""
+            sms: int = 132, order: str = "row") -> V10Workspace:
+    """v10 (v10_tile_family.cu) running a tile_m x tile_n tile at (M, N, K) in tile order `order`:
+    its 10 % split gain, its tail split, and the parallel fix-up for the tiles with 64 accumulators a
+    thread (kParallelFixup) unless their clusters split K."""
     parallel = tile_m * tile_n <= 128 * 128 and split_k == 1
     p = for_shape(m, n, k, sms=sms, tile=(tile_m, tile_n, 64), cluster=cluster, min_gain_pct=10,
-                  parallel_fixup=parallel, split_k=split_k)
+                  parallel_fixup=parallel, split_k=split_k, order=order)
     consumers = 1 if tile_m * tile_n == 64 * 64 else 2
     return V10Workspace(p, cluster * split_k, consumers, tile_m * tile_n // consumers // split_k)
 

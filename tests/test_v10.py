@@ -103,20 +103,41 @@ def test_fewer_sms_can_change_the_choice_but_never_break_it(v10):
                          ids=lambda s: "x".join(map(str, s)))
 def test_kernel_partition_matches_the_model_at_ten_percent(v10, shape):
     """v10 splits only for a 10 % gain; the Python mirror with min_gain_pct=10 agrees unit for unit."""
-    p_plan = v10.plan(v10.args(*shape, num_sms=132))
-    ws = for_v10(*shape, p_plan.tile_m, p_plan.tile_n, p_plan.cluster, p_plan.split_k, sms=132)
+    _check_partition_against_the_mirror(v10, shape, "row")
+
+
+# (shape, whether v10's rule splits its last partial wave there under the snake order)
+TAIL_SHAPES = [((8192, 8192, 8192), True), ((8192, 8192, 4096), True), ((4096, 11008, 8192), True),
+               ((4096, 4096, 4096), False), ((4096, 4096, 14336), False), ((8192, 8192, 16384), False),
+               ((12288, 12288, 4096), False), ((3072, 3072, 3072), False)]
+
+
+@pytest.mark.parametrize("shape,splits", TAIL_SHAPES, ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else str(s))
+def test_tail_split_matches_the_model_under_the_snake_order(v10, shape, splits):
+    """Under the snake order v10 splits only the last partial wave where the tail's operands fit in
+    L2 (or nearly) and the estimate gains: 8192^3 yes, 4096^3 (8 idle clusters of 66) and the long-K
+    shapes (A and B panels past L2) no. The mirror agrees unit for unit; row order never splits them."""
+    p = _check_partition_against_the_mirror(v10, shape, "snake")
+    assert p.split == splits and (not splits or (p.units - p.dp_tiles < p.workers and p.dp_tiles >= 3 * p.workers))
+    assert not _check_partition_against_the_mirror(v10, shape, "row").split
+
+
+def _check_partition_against_the_mirror(v10, shape, order):
+    p_plan = v10.plan(v10.args(*shape, order=order, num_sms=132))
+    ws = for_v10(*shape, p_plan.tile_m, p_plan.tile_n, p_plan.cluster, p_plan.split_k, sms=132, order=order)
     p = ws.partition
     assert p_plan.grid_ctas == ws.cluster_ctas * p.workers
     assert p_plan.workspace_bytes == ws.workspace_bytes()
     fn = v10._lib.gt_stream_k_units
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int32), ctypes.c_int]
-    args = v10.args(*shape, num_sms=132)
+    args = v10.args(*shape, order=order, num_sms=132)
     buf = (ctypes.c_int32 * 3 * 64)()
     for w in range(p.workers):
         n = fn(ctypes.addressof(args), w, ctypes.cast(buf, ctypes.POINTER(ctypes.c_int32)), 64)
         want = p.units_of(w)
         assert n == len(want)
         assert [tuple(buf[i]) for i in range(min(n, 64))] == want[:64]
+    return p
 
 
 def test_best_says_what_it_chose_and_why(v10):
@@ -126,7 +147,8 @@ def test_best_says_what_it_chose_and_why(v10):
     assert c.kernel == "v10" and c.tile == registry.get("v10").tiles[c.variant - 1] and "/c2" not in c.tile
     assert c.tile in c.reason and c.reason.endswith(".")
     big = choose((8192, 8192, 8192), lib=v10)
-    assert big.tile == "128x256/c2" and not big.split
+    assert big.tile == "128x256/c2" and big.split and "last tiles" in big.reason  # the tail split
+    assert not choose((4096, 4096, 4096), lib=v10).split
     assert big.kernel == "v10" and big.order == "snake" and big.label().startswith("v10")
     with pytest.raises(GemmtraceError, match="multiple of 8"):
         choose((256, 256, 100), lib=v10)
@@ -150,6 +172,11 @@ def test_the_docs_state_the_rule_the_kernel_runs():
     per_mb = float(re.search(r"kPartialBytesPerKBlock = ([\d.e]+);", src).group(1)) / 1e6
     assert f"**{float(fixed):g} k-block times** fixed" in doc and f"**{per_mb:g} MB** of partials" in doc
     assert ", ".join(t.strip() for t in thr.split(",")) in doc.replace(" and ", ", ")
+    store, read, tail_gain = re.search(
+        r"kTailStoreKBlocks = (\d+), kTailReadKBlocks = (\d+), kTailMinGainPct = (\d+)", sk).groups()
+    slow = re.search(r"bytes <= kL2Bytes \? ([\d.]+) :", sk).group(1)
+    assert f"**{tail_gain} %**" in doc and f"**{store} k-blocks**" in doc and f"back at **{read}**" in doc
+    assert f"**{float(slow):g} times**" in doc
     for tile in registry.get("v10").tiles:
         bm_bn = tile.split("/")[0]
         assert bm_bn in doc

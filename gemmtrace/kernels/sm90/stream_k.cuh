@@ -16,6 +16,8 @@
 // - the split is kept only where it beats whole tiles by the same count: fewer k-blocks on the
 //   busiest cluster plus 2 per partial its tiles move, else every tile is whole. v10 asks for a
 //   gain of at least kMinGainPct percent.
+// - v10 only (kTailSplit): under the snake order, 128x256/c2 grids of three or more whole waves
+//   may split only the last U mod W tiles instead (make_tail_partition below).
 // - v10 only (kParallelFixup): when U < W it also weighs cutting every tile into S segments of its
 //   own, one cluster each (U * S clusters run; S = floor(W / U), or fewer where that many would
 //   only wait on HBM: hbm_segments below), each segment then summing a slice
@@ -172,11 +174,44 @@ inline Partition make_serial_partition(int units, int num_kb, int max_workers, i
   return Partition{units, num_kb, workers, units - split_tiles, int(iters / workers), int(iters % workers), 0};
 }
 
+// The tail split (v10, grids of more tiles than clusters): only the last partial wave's tiles, U mod
+// W of them, are split, their k-blocks cut into W equal ranges; the whole waves before them run as
+// whole tiles. v9's partition also splits the wave before (U mod W + W tiles), whose k-loops then
+// run at every cluster's own k offset, out of step with the tiles sharing their operands; with only
+// the last wave split, that holds for the tail alone. Measured on the H100 with 128x256/c2 at 15
+// shapes (bench/NOTES.md): a split k-block ran 4-9 % slower than a whole one where the tail's A
+// and B panels fit in L2, 8-20 % where they exceeded it by up to a quarter, 20-100 % beyond; the
+// partial's store cost about 4 k-blocks and each partial read back about 6 (2.5 and 4 us at 0.66 us
+// a k-block). The estimate: whole waves, then the busiest range at kTailSlowdown (0: no split),
+// then one partial stored and the others of a tile read back; kept where it gains kTailMinGainPct.
+// Measured on grids of 3 to 34 whole waves before the tail: fewer are left to v9's partition.
+constexpr int kTailStoreKBlocks = 4, kTailReadKBlocks = 6, kTailMinGainPct = 1, kTailMinWaves = 3;
+inline int64_t tail_split_kblocks(const Partition& p, double slowdown) {
+  const int rest = p.units - p.dp_tiles;
+  return int64_t(p.dp_tiles / p.workers) * p.num_kb +
+         int64_t(std::ceil(slowdown * (p.sk_base + (p.sk_extra > 0)))) + kTailStoreKBlocks +
+         kTailReadKBlocks * (ceil_div64(p.workers, rest) - 1);
+}
+inline Partition make_tail_partition(int units, int num_kb, int workers, double slowdown, const Partition& otherwise) {
+  const int rest = units % workers;
+  const int64_t iters = int64_t(rest) * num_kb;
+  if (slowdown <= 0 || units < kTailMinWaves * workers || rest == 0 || iters > (int64_t(1) << 30)) return otherwise;
+  const Partition tail{units, num_kb, workers, units - rest, int(iters / workers), int(iters % workers), 0};
+  const int64_t whole_kblocks = ceil_div64(units, workers) * num_kb;
+  return tail_split_kblocks(tail, slowdown) * 100 < whole_kblocks * (100 - kTailMinGainPct) ? tail : otherwise;
+}
+// Whether a partition is a tail split (whole waves, then fewer split tiles than clusters).
+inline bool is_tail_split(const Partition& p) {
+  return !p.parallel && p.dp_tiles > 0 && p.split() && p.units - p.dp_tiles < p.workers;
+}
+
 // hbm_segments: the parallel fix-up's most segments a tile (hbm_segments<T> below; 0: no limit).
+// tail_slowdown: > 0 to weigh the tail split (above) with that slowdown of its split k-blocks.
 inline Partition make_partition(int units, int num_kb, int max_workers, int min_gain_pct, bool parallel_fixup,
-                                int hbm_segments = 0) {
-  const Partition serial = make_serial_partition(units, num_kb, max_workers, min_gain_pct);
+                                int hbm_segments = 0, double tail_slowdown = 0) {
   const int w_all = std::max(1, max_workers);
+  const Partition serial =
+      make_tail_partition(units, num_kb, w_all, tail_slowdown, make_serial_partition(units, num_kb, max_workers, min_gain_pct));
   if (!parallel_fixup || units >= w_all || int64_t(units) * num_kb > (int64_t(1) << 30)) return serial;
   int segments = std::min(w_all / units, num_kb);  // a tile's, each on its own cluster
   if (hbm_segments > 0) segments = std::min(segments, hbm_segments);
@@ -226,14 +261,36 @@ int hbm_segments(const GtArgs* args) {
   return int(std::ceil(double(T::BM + T::BN) / double(args->m + args->n) * kHbmOverSmIntake));
 }
 
+// The tail split's slowdown of a split k-block (see make_tail_partition): from the bytes of A and
+// B panels the tail's tiles read, which only the snake order (v7) makes known here: its last band
+// (up to 8 unit rows) walked column by column, so the last R tiles sit in min(R, band) rows of
+// ceil(R / band) columns (more bands where R fills the last one). Other orders: no tail split.
+// Measured with the 128x256/c2 tile only: the others keep v9's partition.
 template <class T>
-Partition partition_of(const GtArgs* args, int min_gain_pct, bool parallel_fixup) {
-  const int units = persistent::grid_m_groups<T>(args) * persistent::grid_n<T>(args);
-  return make_partition(units, host::ceil_div(args->k, persistent::BK), persistent::max_clusters<T>(args), min_gain_pct,
-                        parallel_fixup, hbm_segments<T>(args));
+constexpr bool kMeasuredTail = T::BM == 128 && T::BN == 256 && T::kCluster == 2 && T::kSplitK == 1;
+constexpr double kL2Bytes = 50.0 * 1024 * 1024;  // the H100's
+constexpr int kSnakeBand = 8;  // gemmtrace/tile_order.py's SNAKE_BAND
+template <class T>
+double tail_slowdown(const GtArgs* args) {
+  const int rows = persistent::grid_m_groups<T>(args), cols = persistent::grid_n<T>(args);
+  const int rest = rows * cols % persistent::max_clusters<T>(args);
+  if (!kMeasuredTail<T> || args->order != 1 || rest == 0) return 0;
+  const int band = rows - (rows - 1) / kSnakeBand * kSnakeBand;  // the last band's rows
+  int r, c;
+  if (rest <= band * cols) r = std::min(band, rest), c = host::ceil_div(rest, band);
+  else r = std::min(rows, band + kSnakeBand * host::ceil_div(rest - band * cols, kSnakeBand * cols)), c = cols;
+  const double bytes = (double(r) * T::BM * T::kCluster + double(c) * T::BN) * double(args->k) * 2;
+  return bytes <= kL2Bytes ? 1.1 : bytes <= 1.25 * kL2Bytes ? 1.2 : 0;
 }
 
-template <class T, int kMinGainPct = 0, bool kParallelFixup = false>
+template <class T>
+Partition partition_of(const GtArgs* args, int min_gain_pct, bool parallel_fixup, bool tail_split = false) {
+  const int units = persistent::grid_m_groups<T>(args) * persistent::grid_n<T>(args);
+  return make_partition(units, host::ceil_div(args->k, persistent::BK), persistent::max_clusters<T>(args), min_gain_pct,
+                        parallel_fixup, hbm_segments<T>(args), tail_split ? tail_slowdown<T>(args) : 0);
+}
+
+template <class T, int kMinGainPct = 0, bool kParallelFixup = false, bool kTailSplit = false>
 struct Scheduler {
   static_assert(T::kSplitK == 1 || !kParallelFixup, "k-split tiles take the serial fix-up");
   // One consumer warpgroup's fp32 partial (of a k-split tile: the piece its CTA sums, see Tile).
@@ -265,7 +322,7 @@ struct Scheduler {
   int rounds = 0;  // exchanges this consumer warpgroup has made
 
   static int params(const GtArgs* args, Params* out, char* err, int errlen) {
-    const Partition part = partition_of<T>(args, kMinGainPct, kParallelFixup);
+    const Partition part = partition_of<T>(args, kMinGainPct, kParallelFixup, kTailSplit);
     const int64_t bytes = workspace_bytes<T>(part);
     if (bytes > 0 && args->workspace == nullptr)
       return host::fail(err, errlen, "this shape splits tiles and needs a workspace of %lld bytes (GtArgs.workspace, zeroed once)",
@@ -300,7 +357,7 @@ struct Scheduler {
 
   // (units, k-blocks and clusters as persistent::plan counted them: partition_of counts the same.)
   static void plan(const GtArgs* args, int, int, int, GtPlan* p) {
-    const Partition part = partition_of<T>(args, kMinGainPct, kParallelFixup);
+    const Partition part = partition_of<T>(args, kMinGainPct, kParallelFixup, kTailSplit);
     p->grid_ctas = part.workers * T::kClusterCTAs;
     p->records_per_region = records_per_region(part);
     p->workspace_bytes = workspace_bytes<T>(part);
@@ -645,7 +702,7 @@ struct Scheduler {
 
 // Stream-K waits on other clusters, so the whole grid must be resident at once: ask the runtime how
 // many clusters of this kernel fit (once per device and build) and refuse a larger grid.
-template <class T, int kMinGainPct = 0, bool kParallelFixup = false>
+template <class T, int kMinGainPct = 0, bool kParallelFixup = false, bool kTailSplit = false>
 int check_resident(const GtArgs* args, const GtPlan& plan, char* err, int errlen) {
   static int cached_device = -1, cached[2] = {0, 0};
   int device = 0;
@@ -653,7 +710,7 @@ int check_resident(const GtArgs* args, const GtPlan& plan, char* err, int errlen
   if (device != cached_device) cached[0] = cached[1] = 0, cached_device = device;
   int& fits = cached[args->profile ? 1 : 0];
   if (fits == 0) {
-    const auto kernel = persistent::kernel_for<T, Scheduler<T, kMinGainPct, kParallelFixup>>(args, plan, err, errlen);
+    const auto kernel = persistent::kernel_for<T, Scheduler<T, kMinGainPct, kParallelFixup, kTailSplit>>(args, plan, err, errlen);
     if (kernel == nullptr) return 1;
     cudaLaunchAttribute attr[1];
     const cudaLaunchConfig_t cfg = persistent::launch_config<T>(plan, nullptr, attr);
@@ -668,22 +725,22 @@ int check_resident(const GtArgs* args, const GtPlan& plan, char* err, int errlen
   return 0;
 }
 
-template <class T, int kMinGainPct = 0, bool kParallelFixup = false>
+template <class T, int kMinGainPct = 0, bool kParallelFixup = false, bool kTailSplit = false>
 int launch(const GtArgs* args, const char* name, char* err, int errlen) {
   GtPlan plan;
-  if (persistent::plan<T, Scheduler<T, kMinGainPct, kParallelFixup>>(args, &plan, err, errlen)) return 1;
-  if (plan.workspace_bytes > 0 && check_resident<T, kMinGainPct, kParallelFixup>(args, plan, err, errlen)) return 1;
-  return persistent::launch<T, Scheduler<T, kMinGainPct, kParallelFixup>>(args, name, err, errlen);
+  if (persistent::plan<T, Scheduler<T, kMinGainPct, kParallelFixup, kTailSplit>>(args, &plan, err, errlen)) return 1;
+  if (plan.workspace_bytes > 0 && check_resident<T, kMinGainPct, kParallelFixup, kTailSplit>(args, plan, err, errlen)) return 1;
+  return persistent::launch<T, Scheduler<T, kMinGainPct, kParallelFixup, kTailSplit>>(args, name, err, errlen);
 }
 
 // For tests (tests/test_stream_k.py): the units of cluster `worker` as (entry, kb_begin, kb_end)
 // triples in `out` (room for `max_units`); returns how many there are, or -1 for a bad shape.
-template <class T, int kMinGainPct = 0, bool kParallelFixup = false>
+template <class T, int kMinGainPct = 0, bool kParallelFixup = false, bool kTailSplit = false>
 int units_of(const GtArgs* args, int worker, int32_t* out, int max_units) {
   char err[8];
   GtPlan plan;
-  if (persistent::plan<T, Scheduler<T, kMinGainPct, kParallelFixup>>(args, &plan, err, sizeof err)) return -1;
-  const Partition part = partition_of<T>(args, kMinGainPct, kParallelFixup);
+  if (persistent::plan<T, Scheduler<T, kMinGainPct, kParallelFixup, kTailSplit>>(args, &plan, err, sizeof err)) return -1;
+  const Partition part = partition_of<T>(args, kMinGainPct, kParallelFixup, kTailSplit);
   Unit u{-1, 0, 0};
   int n = 0;
   while (part.next(worker, u)) {

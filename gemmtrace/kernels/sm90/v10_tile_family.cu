@@ -15,7 +15,9 @@
 // kSplitKBlockCost times, and scale by the tile's time per k-block: its area relative to 128x256
 // over its measured throughput relative to 128x256 (kThroughput). Where every tile is cut for the
 // parallel fix-up, split k-blocks count once, and the fix-up adds a fixed time and its partials'
-// bytes moved through L2. The tile with the smallest
+// bytes moved through L2. Under the snake order a grid of several waves may instead split only its
+// last partial wave (stream_k.cuh's tail split), counted by that split's own measured estimate.
+// The tile with the smallest
 // cost runs; one within 2 % of an earlier tile of the list loses to it (the list is in order of
 // preference: larger tiles, multicast clusters first). Nothing in it names a shape.
 //
@@ -76,7 +78,7 @@ constexpr int kMinSplitGainPct = 10;
 template <class T>
 constexpr bool kParallelFixup = T::kFewAccumulators && T::kSplitK == 1;
 template <class T>
-using Sched = stream_k::Scheduler<T, kMinSplitGainPct, kParallelFixup<T>>;
+using Sched = stream_k::Scheduler<T, kMinSplitGainPct, kParallelFixup<T>, true>;
 
 template <class T>
 void describe(int32_t* out) {
@@ -133,11 +135,13 @@ double tile_cost(const GtArgs* args, int i) {
     if (T::BM > ceil_div(args->m, 64) * 64 || T::BN > ceil_div(args->n, 64) * 64) return std::numeric_limits<double>::infinity();
     // The partition that runs, with the parallel fix-up's segments capped where more would only wait
     // on HBM (stream_k::hbm_segments).
-    const stream_k::Partition part = stream_k::partition_of<T>(args, kMinSplitGainPct, kParallelFixup<T>);
+    const stream_k::Partition part = stream_k::partition_of<T>(args, kMinSplitGainPct, kParallelFixup<T>, true);
     const double per_kblock = kblock_time<T>(i);
     const int64_t busiest = part.busiest_kblocks();
     const double exchanges = T::kSplitK > 1 ? kExchangeKBlocks * double(ceil_div(part.units, part.workers)) : 0.0;
     if (!part.split()) return double(busiest) * per_kblock + exchanges;
+    // The tail split: its own estimate, which counts its split k-blocks' slowdown as measured.
+    if (stream_k::is_tail_split(part)) return double(stream_k::tail_split_kblocks(part, stream_k::tail_slowdown<T>(args))) * per_kblock;
     const int64_t whole = part.whole_kblocks();
     if (!part.parallel) return (double(whole) + kSplitKBlockCost * double(busiest - whole)) * per_kblock + exchanges;
     // Every tile cut for the parallel fix-up: its segments are capped to what HBM feeds, so their
@@ -173,7 +177,7 @@ extern "C" int gt_plan(const GtArgs* args, GtPlan* p, char* err, int errlen) {
 
 extern "C" int gt_launch(const GtArgs* args, char* err, int errlen) {
   if (gemmtrace::host::check_bf16_gemm_shape(args, 8, err, errlen)) return 1;
-  return with_tile(chosen_tile(args), [&](auto t) { return stream_k::launch<decltype(t), kMinSplitGainPct, kParallelFixup<decltype(t)>>(args, "launching gemm_v10", err, errlen); });
+  return with_tile(chosen_tile(args), [&](auto t) { return stream_k::launch<decltype(t), kMinSplitGainPct, kParallelFixup<decltype(t)>, true>(args, "launching gemm_v10", err, errlen); });
 }
 
 // The family and the rule's costs, for the Python side (`gemmtrace list`, `--kernel best`, tests):
@@ -191,5 +195,5 @@ extern "C" int gt_tile_family(const GtArgs* args, int32_t* out, double* costs) {
 // (or GtArgs.variant) picks, as in v9's gt_stream_k_units.
 extern "C" int gt_stream_k_units(const GtArgs* args, int worker, int32_t* out, int max_units) {
   if (gemmtrace::host::check_bf16_gemm_shape(args, 8, nullptr, 0)) return -1;
-  return with_tile(chosen_tile(args), [&](auto t) { return stream_k::units_of<decltype(t), kMinSplitGainPct, kParallelFixup<decltype(t)>>(args, worker, out, max_units); });
+  return with_tile(chosen_tile(args), [&](auto t) { return stream_k::units_of<decltype(t), kMinSplitGainPct, kParallelFixup<decltype(t)>, true>(args, worker, out, max_units); });
 }
