@@ -179,11 +179,12 @@ inline Partition make_serial_partition(int units, int num_kb, int max_workers, i
 // whole tiles. v9's partition also splits the wave before (U mod W + W tiles), whose k-loops then
 // run at every cluster's own k offset, out of step with the tiles sharing their operands; with only
 // the last wave split, that holds for the tail alone. Measured on the H100 with 128x256/c2 at 15
-// shapes (bench/NOTES.md): a split k-block ran 4-9 % slower than a whole one where the tail's A
-// and B panels fit in L2, 8-20 % where they exceeded it by up to a quarter, 20-100 % beyond; the
+// shapes (bench/NOTES.md): a split k-block ran 4-19 % slower than a whole one where the tail's A
+// and B panels fit in L2, 5-20 % where they exceeded it by up to a quarter, 20-100 % beyond; the
 // partial's store cost about 4 k-blocks and each partial read back about 6 (2.5 and 4 us at 0.66 us
-// a k-block). The estimate: whole waves, then the busiest range at kTailSlowdown (0: no split),
-// then one partial stored and the others of a tile read back; kept where it gains kTailMinGainPct.
+// a k-block). The estimate: whole waves, then the busiest range slowed by tail_slowdown (below; 0:
+// no split), then one partial stored and the others of a tile read back; kept where it gains
+// kTailMinGainPct.
 // Measured on grids of 3 to 34 whole waves before the tail: fewer are left to v9's partition.
 constexpr int kTailStoreKBlocks = 4, kTailReadKBlocks = 6, kTailMinGainPct = 1, kTailMinWaves = 3;
 inline int64_t tail_split_kblocks(const Partition& p, double slowdown) {
