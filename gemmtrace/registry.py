@@ -191,9 +191,10 @@ KERNELS: dict[str, KernelSpec] = {
             n_multiple=8,
             kblock_spans=False,
             tiles=("128x256/c2", "256x128/c2", "128x192/c2", "128x128/c2", "128x128/c1", "64x256/c1", "64x128/c1",
-                   "128x128/k2", "64x64/c1", "64x64/c2"),
+                   "128x128/k2", "64x64/c1", "64x64/c2", "64x128/c2"),
             rule=(
-                "tiles taller than M or wider than N (rounded up to 64) are not weighed; for each other tile, partition the work as the stream-K scheduler would (whole tiles for full waves, the "
+                "tiles taller than M or wider than N (rounded up to 64) are not weighed, nor 64x128/c2 where M <= 64 or K is outside 2048-8192 "
+                "(where it was measured); for each other tile, partition the work as the stream-K scheduler would (whole tiles for full waves, the "
                 "rest split only where that promises at least 10 % fewer k-blocks on the busiest cluster) and take "
                 "the k-blocks of the busiest cluster, counting 2 per partial tile it moves and every split k-block "
                 "2 times (split ranges stop sharing operands in L2); multiply by the tile's area over 128x256 and "

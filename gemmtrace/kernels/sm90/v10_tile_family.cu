@@ -5,8 +5,9 @@
 // (stream_k.cuh) are instantiated for every tile of the family below instead of 128x256 alone.
 // Small tiles make more tiles where there are few (skinny M or N, small squares), 64-row tiles stop
 // computing the empty half of a 128-row tile when M is 64, clusters of one let a lone tile
-// row (M <= 128) use every SM instead of every other one, and 64x64 tiles make the most whole
-// tiles of one wave on few-tile shapes.
+// row (M <= 128) use every SM instead of every other one, 64x64 tiles make the most whole
+// tiles of one wave on few-tile shapes, and 64x128 tiles in pairs sharing B bring a quarter fewer
+// bytes a flop into each SM than 64x64 tiles where the loads set the pace.
 //
 // The rule (tile_cost below; `gemmtrace list` and docs/kernels.md say it in words): for each tile
 // of the family no taller than M and no wider than N (rounded up to 64), partition the work
@@ -43,20 +44,23 @@ using T6 = Tile<64, 128, 1, 7>;   // a quarter of the area: one wave of whole ti
 using T7 = Tile<128, 128, 1, 5, 2>;  // k split over a cluster of two: two SMs a tile where a wave of tiles has a long K
 using T8 = Tile<64, 64, 1, 13>;  // a sixteenth of the area, one consumer: one wave of whole tiles on few-tile shapes
 using T9 = Tile<64, 64, 2, 13>;  // the same, B shared by multicast
-constexpr int kFamily = 10;
+using T10 = Tile<64, 128, 2, 7>;  // a quarter of the area, B shared: a quarter fewer bytes a flop into each SM than 64x64/c2
+constexpr int kFamily = 11;
 
 // Throughput of each tile relative to 128x256 in clusters of two, measured on the H100 with every
 // tile forced at 8192x8192x8192, whole tiles, in one process: 128x256/c2 750, 256x128/c2 698,
 // 128x192/c2 693, 128x128/c2 641, 128x128/c1 504, 64x256/c1 403, 64x128/c1 344, 128x128/k2 446,
-// 64x64/c1 254 and 64x64/c2 333 TFLOP/s (bench/results/20261124-h100-v10-stage-counters.json; the
-// consumer's stage counters made 128x128/c2 0.74 -> 0.85 of 128x256/c2; 128x128/k2 keeps the 0.60
-// fitted with its exchange cost below, against 0.59 measured). The 64-row and 128-wide
+// 64x64/c1 254 and 64x64/c2 333 TFLOP/s (bench/results/20261124-h100-v10-stage-counters.json;
+// 64x128/c2, added later: 479 against 785 for 128x256/c2 in one process,
+// bench/results/20261124-h100-v10-64x128-c2.json; the consumer's stage counters made 128x128/c2
+// 0.74 -> 0.85 of 128x256/c2; 128x128/k2 keeps the 0.60 fitted with its exchange cost below,
+// against 0.59 measured). The 64-row and 128-wide
 // tiles are slower per flop, and where measured not for shared-memory bandwidth: Nsight Compute
 // puts the bank reads of 64x64/c2 and 128x128/c2 at 20 and 33 % of peak. cuBLAS's 64x64 tile
 // runs its k-blocks 1.34-1.35 times as fast with the same fixed costs. It also reads less from L2,
 // partly by keeping the CTAs that share A in one GPC; an order doing that cut ours by 15 % and left
 // its time unchanged (bench/NOTES.md).
-constexpr double kThroughput[kFamily] = {1.00, 0.93, 0.925, 0.85, 0.67, 0.54, 0.46, 0.60, 0.34, 0.44};
+constexpr double kThroughput[kFamily] = {1.00, 0.93, 0.925, 0.85, 0.67, 0.54, 0.46, 0.60, 0.34, 0.44, 0.61};
 
 // A split k-block costs this many whole ones. Split ranges start at different k offsets on
 // different clusters, so the tiles in flight stop sharing their A and B panels in L2 and read them
@@ -98,7 +102,8 @@ auto with_tile(int i, F&& f) {
     case 6: return f(T6{});
     case 7: return f(T7{});
     case 8: return f(T8{});
-    default: return f(T9{});
+    case 9: return f(T9{});
+    default: return f(T10{});
   }
 }
 
@@ -133,6 +138,12 @@ double tile_cost(const GtArgs* args, int i) {
     // (The costs below count k-blocks, not useful flops, and would not see it.)
     using gemmtrace::host::ceil_div;
     if (T::BM > ceil_div(args->m, 64) * 64 || T::BN > ceil_div(args->n, 64) * 64) return std::numeric_limits<double>::infinity();
+    // 64x128/c2 only where it was measured to win (bench/NOTES.md): M above 64 (with one row of
+    // 64-row tiles the second CTA of each pair computes nothing) and K from 2048 to 8192. At K = 1024
+    // its clusters lost 3-8 % to 64x128/c1's single CTAs, and from K = 16384 it lost 1-10 % to the
+    // 128x128 tiles, with or without a split.
+    if (T::BM == 64 && T::BN == 128 && T::kCluster == 2 && (args->m <= 64 || args->k < 2048 || args->k > 8192))
+      return std::numeric_limits<double>::infinity();
     // The partition that runs, with the parallel fix-up's segments capped where more would only wait
     // on HBM (stream_k::hbm_segments).
     const stream_k::Partition part = stream_k::partition_of<T>(args, kMinSplitGainPct, kParallelFixup<T>, true);
