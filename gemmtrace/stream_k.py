@@ -199,7 +199,8 @@ def for_shape(m: int, n: int, k: int, sms: int = 132, tile: tuple[int, int, int]
     bm, bn, bk = tile
     units = math.ceil(math.ceil(m / bm) / cluster) * math.ceil(n / bn)
     workers = max(1, sms // (cluster * split_k))
-    slowdown = tail_slowdown(m, n, k, (bm, bn), cluster * split_k, workers, order) if order else 0.0
+    # (the kernel's kMeasuredTail: clusters along M only, none splitting K)
+    slowdown = tail_slowdown(m, n, k, (bm, bn), cluster, workers, order) if order and split_k == 1 else 0.0
     return partition(units, math.ceil(k / bk), workers, min_gain_pct, parallel_fixup, hbm_segments(m, n, bm, bn),
                      slowdown)
 

@@ -3,6 +3,7 @@ its host-side rule (gt_plan, gt_tile_family, gt_stream_k_units) is called withou
 from __future__ import annotations
 
 import ctypes
+import math
 import shutil
 
 import pytest
@@ -69,8 +70,6 @@ def test_64x64_tiles_where_they_make_one_wave_of_whole_tiles(v10):
     """Tiles 9 and 10 are weighed on every shape (docs/kernels.md) and win where 128 of them fill one
     wave and larger tiles would split a long K; on large grids they are the slowest tiles per flop.
     Tiles taller than M (or wider than N) are not weighed."""
-    import math
-
     small = [i for i, t in enumerate(registry.get("v10").tiles) if t.startswith("64x64/")]
     assert len(small) == 2
     for shape in [(512, 1024, 8192), (4096, 4096, 4096)]:
@@ -96,8 +95,6 @@ def test_64x128_pairs_only_where_measured(v10):
     """Tile 11 (64x128/c2) is weighed only with M above 64 and K from 2048 to 8192 (docs/kernels.md);
     there it wins where 64-row tiles fill a wave with little or no split: at 512x2048x4096 (21.3
     against 24.2 us for 128x128/c1 on the H100) and the suite's 8192x128x8192."""
-    import math
-
     i = registry.get("v10").tiles.index("64x128/c2")
     for shape in [(64, 8192, 4096), (512, 2048, 1024), (512, 2048, 16384), (4096, 256, 1024)]:
         assert not math.isfinite(v10.tile_family(v10.args(*shape, num_sms=132))[i][1]), shape
