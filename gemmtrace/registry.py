@@ -200,9 +200,11 @@ KERNELS: dict[str, KernelSpec] = {
                 "2 times (split ranges stop sharing operands in L2); multiply by the tile's area over 128x256 and "
                 "divide by its measured throughput relative to 128x256 (and by 2 for 128x128/k2, whose two CTAs share "
                 "each k-loop); where every tile is cut on its own for the parallel fix-up (fewer tiles than clusters, "
-                "at most (BM + BN) / (M + N) x 35 segments a tile, as many as HBM can feed), count split k-blocks once "
+                "at most (BM + BN) / (M + N) x 35 segments a tile, as many as HBM can feed; taken over the serial split "
+                "where it leaves the busiest cluster fewer k-blocks, the serial split's counted 2 times where K >= 16384 "
+                "and each segment keeps its own slice), count split k-blocks once "
                 "and add the fix-up: 8 k-block times, and 1 more for each 1.3 MB of partials its CTAs write and read "
-                "back; add 3 k-block times a tile for 128x128/k2's exchange; the smallest cost wins, and a tile "
+                "back (less each segment's own slice where it keeps it); add 3 k-block times a tile for 128x128/k2's exchange; the smallest cost wins, and a tile "
                 "within 2 % of an earlier one in the list loses to it (docs/kernels.md)"
             ),
         ),

@@ -18,6 +18,10 @@ from .tile_order import SNAKE_BAND
 # Time to move one warpgroup's fp32 partial through L2, in k-blocks of mainloop time.
 FIXUP_KBLOCKS = 2
 PARALLEL_FIXUP_KBLOCKS = 12  # v10's parallel fix-up: store, the wait, slices read back (measured ~5 us)
+# Weighed against the parallel fix-up where its segments keep their own slices and a tile has at
+# least SPREAD_MIN_KBLOCKS k-blocks, a serial split k-block counts SERIAL_SPLIT_KBLOCK_COST times.
+SERIAL_SPLIT_KBLOCK_COST = 2.0
+SPREAD_MIN_KBLOCKS = 256
 _MAX_SPLIT_ITERS = 1 << 30  # beyond this many split k-blocks the kernel keeps every tile whole
 
 
@@ -132,13 +136,23 @@ def tail_slowdown(m: int, n: int, k: int, tile: tuple[int, int], cluster: int, w
     return 1.1 if nbytes <= L2_BYTES else 1.2 if nbytes <= 1.25 * L2_BYTES else 0.0
 
 
+def keeps_own_slice(segments: int, slot_float4s: int) -> bool:
+    """The kernel's keeps_own_slice: whether the parallel fix-up's segments sum their slices from their
+    own registers (S - 1 round trips), which takes fewer round trips than slices cut in float2s."""
+    return segments * (segments - 1) <= 2 * slot_float4s
+
+
 def partition(units: int, num_kb: int, max_workers: int, min_gain_pct: int = 0,
-              parallel_fixup: bool = False, hbm_segments: int = 0, tail_slowdown: float = 0.0) -> Partition:
+              parallel_fixup: bool = False, hbm_segments: int = 0, tail_slowdown: float = 0.0,
+              slot_float4s: int = 0) -> Partition:
     """The kernel's make_partition: the serial partition below (or, with `tail_slowdown` > 0, v10's
     tail split where it pays), or with `parallel_fixup` and fewer
     tiles than clusters every tile cut on its own into floor(clusters / tiles) segments, one cluster
     each, whichever leaves the busiest cluster fewer k-blocks (the parallel fix-up counted as
-    PARALLEL_FIXUP_KBLOCKS); at most `hbm_segments` segments a tile where that is given."""
+    PARALLEL_FIXUP_KBLOCKS; the serial split's k-blocks SERIAL_SPLIT_KBLOCK_COST times each where
+    the segments keep their own slices, `slot_float4s` float4s a thread in a consumer's partial, and
+    a tile has SPREAD_MIN_KBLOCKS k-blocks or more); at most `hbm_segments` segments a tile where
+    that is given."""
     w_all = max(1, max_workers)
     serial = _tail_partition(units, num_kb, w_all, tail_slowdown,
                              _serial_partition(units, num_kb, max_workers, min_gain_pct))
@@ -149,7 +163,11 @@ def partition(units: int, num_kb: int, max_workers: int, min_gain_pct: int = 0,
         segments = min(segments, hbm_segments)
     p = Partition(units, num_kb, units * segments, 0, num_kb // segments, num_kb % segments, segments)
     busiest = p.busiest_kblocks()
-    if busiest < serial.busiest_kblocks() and busiest * 100 < num_kb * (100 - min_gain_pct):
+    serial_whole = -(-serial.dp_tiles // serial.workers) * serial.num_kb
+    split_cost = (SERIAL_SPLIT_KBLOCK_COST if keeps_own_slice(segments, slot_float4s) and num_kb >= SPREAD_MIN_KBLOCKS
+                  else 1.0)
+    serial_cost = serial_whole + split_cost * (serial.busiest_kblocks() - serial_whole)
+    if busiest < serial_cost and busiest * 100 < num_kb * (100 - min_gain_pct):
         return p
     return serial
 
@@ -191,7 +209,7 @@ def hbm_segments(m: int, n: int, bm: int, bn: int) -> int:
 
 def for_shape(m: int, n: int, k: int, sms: int = 132, tile: tuple[int, int, int] = (128, 256, 64),
               cluster: int = 2, min_gain_pct: int = 0, parallel_fixup: bool = False, split_k: int = 1,
-              order: str | None = None) -> Partition:
+              order: str | None = None, slot_float4s: int = 0) -> Partition:
     """The partition v9 (or v10, with its tile and min_gain_pct=10) uses for an (M, N, K) GEMM on
     `sms` SMs (or a max_ctas cap). split_k: CTAs a cluster splitting each unit's k-loop (v10's /kN
     tiles), so clusters of cluster * split_k CTAs. order: v10's tile order, for its tail split (None:
@@ -202,7 +220,7 @@ def for_shape(m: int, n: int, k: int, sms: int = 132, tile: tuple[int, int, int]
     # (the kernel's kMeasuredTail: clusters along M only, none splitting K)
     slowdown = tail_slowdown(m, n, k, (bm, bn), cluster, workers, order) if order and split_k == 1 else 0.0
     return partition(units, math.ceil(k / bk), workers, min_gain_pct, parallel_fixup, hbm_segments(m, n, bm, bn),
-                     slowdown)
+                     slowdown, slot_float4s)
 
 
 @dataclass(frozen=True)
@@ -226,10 +244,11 @@ def for_v10(m: int, n: int, k: int, tile_m: int, tile_n: int, cluster: int, spli
     its 10 % split gain, its tail split, and the parallel fix-up for the tiles with 64 accumulators a
     thread (kParallelFixup) unless their clusters split K."""
     parallel = tile_m * tile_n <= 128 * 128 and split_k == 1
-    p = for_shape(m, n, k, sms=sms, tile=(tile_m, tile_n, 64), cluster=cluster, min_gain_pct=10,
-                  parallel_fixup=parallel, split_k=split_k, order=order)
     consumers = 1 if tile_m * tile_n == 64 * 64 else 2
-    return V10Workspace(p, cluster * split_k, consumers, tile_m * tile_n // consumers // split_k)
+    slot_floats = tile_m * tile_n // consumers // split_k
+    p = for_shape(m, n, k, sms=sms, tile=(tile_m, tile_n, 64), cluster=cluster, min_gain_pct=10,
+                  parallel_fixup=parallel, split_k=split_k, order=order, slot_float4s=slot_floats // 512)
+    return V10Workspace(p, cluster * split_k, consumers, slot_floats)
 
 
 def flag_ints(p: Partition, cluster: int = 2, consumers: int = 2) -> int:

@@ -196,7 +196,9 @@ V9_SHAPES = [(256, 256, 16384), (512, 1024, 8192), (64, 8192, 4096), (4160, 4160
 # v10: every tile of its family forced, on shapes that split (few tiles, long K) and shapes that are
 # not multiples of any tile; plus the rule's own choice on the v9 shapes.
 # (64, 128, 16384) is one tile: with clusters of one, 132 segments reduce it, more than a warpgroup's threads.
-V10_SHAPES = [(256, 256, 16384), (64, 8192, 4096), (64, 128, 16384), (1000, 1496, 520), (333, 1032, 712), (4160, 4160, 4160)]
+# (512, 640, 16384): few segments a tile, which keep their own slices (the rule's 128x128/c2: six).
+V10_SHAPES = [(256, 256, 16384), (64, 8192, 4096), (64, 128, 16384), (1000, 1496, 520), (333, 1032, 712), (4160, 4160, 4160),
+              (512, 640, 16384)]
 STREAM_K_CASES = ([("v9", 0, s) for s in V9_SHAPES] + [("v10", 0, s) for s in V9_SHAPES]
                   + [("v10", v, s) for v in range(1, len(registry.get("v10").tiles) + 1) for s in V10_SHAPES])
 

@@ -3,7 +3,7 @@ import ctypes
 
 import pytest
 
-from gemmtrace.stream_k import Partition, for_shape, partition, workspace_bytes
+from gemmtrace.stream_k import Partition, for_shape, for_v10, partition, workspace_bytes
 
 SHAPES = [
     (256, 256, 16384), (512, 1024, 8192), (64, 8192, 4096), (256, 14336, 4096), (8192, 128, 8192),
@@ -85,6 +85,24 @@ def test_parallel_partition_cuts_each_tile_on_its_own(units, num_kb, workers):
     for e in range(units):
         sizes = [hi - lo for _w, lo, hi in p.segments(e)]
         assert len(sizes) == segments and max(sizes) - min(sizes) <= 1
+
+
+def test_parallel_fixup_weighed_against_the_serial_split_spread_where_segments_keep_their_slices():
+    """Where the parallel fix-up's segments keep their own slices (few segments a tile) and a tile has
+    at least SPREAD_MIN_KBLOCKS k-blocks, the serial split's k-blocks count SERIAL_SPLIT_KBLOCK_COST
+    times in the choice; one k-block fewer, or with the slices not kept, they count once."""
+    from gemmtrace.stream_k import SPREAD_MIN_KBLOCKS, keeps_own_slice
+
+    assert keeps_own_slice(6, 16) and not keeps_own_slice(7, 16) and keeps_own_slice(4, 8) and not keeps_own_slice(5, 8)
+    # 10 tiles of 128x128/c2 (16 float4s a thread) on 66 clusters: 6 segments a tile
+    p = partition(10, SPREAD_MIN_KBLOCKS, 66, 10, parallel_fixup=True, slot_float4s=16)
+    assert p.parallel == 6 and keeps_own_slice(p.parallel, 16)
+    assert not partition(10, SPREAD_MIN_KBLOCKS - 1, 66, 10, parallel_fixup=True, slot_float4s=16).parallel
+    # the same with 64x64 tiles' 8 float4s: 6 segments do not keep their slices, and the serial split stays
+    assert not partition(10, SPREAD_MIN_KBLOCKS, 66, 10, parallel_fixup=True, slot_float4s=8).parallel
+    # v10 at 512x640x16384 with 128x128/c2 (the rule's pick there)
+    w = for_v10(512, 640, 16384, 128, 128, 2, order="snake")
+    assert w.partition.parallel == 6 and w.slot_floats == 8192
 
 
 def test_rule_on_the_shapes_it_is_for():

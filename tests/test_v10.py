@@ -182,6 +182,9 @@ def test_the_docs_state_the_rule_the_kernel_runs():
     thr = re.search(r"kThroughput\[kFamily\] = \{([^}]*)\}", src).group(1)
     par = re.search(r"kParallelFixupKBlocks = (\d+);", sk).group(1)
     assert f"**{gain} %**" in doc and f"**{float(split_cost):g} times**" in doc and f"as {par} k-blocks" in doc
+    spread = re.search(r"kSpreadMinKBlocks = (\d+);", sk).group(1)
+    serial_cost = re.search(r"kSerialSplitKBlockCost = ([\d.]+);", sk).group(1)
+    assert f"**{spread} k-blocks**" in doc and f"**{float(serial_cost):g} times** in this comparison" in doc
     fixed = re.search(r"kParallelFixupFixedKBlocks = ([\d.]+);", src).group(1)
     per_mb = float(re.search(r"kPartialBytesPerKBlock = ([\d.e]+);", src).group(1)) / 1e6
     assert f"**{float(fixed):g} k-block times** fixed" in doc and f"**{per_mb:g} MB** of partials" in doc

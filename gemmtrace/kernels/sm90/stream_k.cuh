@@ -25,6 +25,8 @@
 //   the busiest cluster fewer k-blocks. Each tile is cut on its own so that no cluster straddles two
 //   tiles: one that did published two partials and summed two slices, one after the other, while
 //   the next tile's segments waited for it (up to 5 us at 256x512x8192, bench/NOTES.md).
+//   (Where the segments keep their own slices and K_b >= kSpreadMinKBlocks, the serial split's
+//   k-blocks count kSerialSplitKBlockCost times in that comparison.)
 // A unit is the part of one tile in one cluster's range. The unit holding a tile's k-block 0 is the
 // last unit of its cluster's range; it finishes the tile. Every other unit of a split tile is the
 // first unit of its cluster's range (a range starts inside a tile only there): it stores its fp32
@@ -44,7 +46,8 @@
 // Workspace (GtArgs.workspace, GtPlan.workspace_bytes, zeroed once): a flag per (cluster, rank,
 // consumer warpgroup) (under the parallel fix-up instead two counts per tile, rank and consumer
 // warpgroup), then a WM x WN fp32 slot for each cluster, rank and consumer warpgroup (its part of
-// the tile). The finishing warpgroup resets each flag it consumed (under the parallel fix-up, the
+// the tile; under the parallel fix-up a segment that keeps its own slice leaves that part of its slot
+// unwritten). The finishing warpgroup resets each flag it consumed (under the parallel fix-up, the
 // last one done reading a tile resets its counts), so the workspace is all zero flags again when
 // the kernel ends. Where every tile is split, partials are written evict-last
 // and read evict-first in L2 (partial_store_policy below).
@@ -72,6 +75,15 @@ constexpr int kFixupKBlocks = 2;
 // a tile has many segments; with a few, v9's serial fix-up is cheaper (measured slower by 14-25 % at
 // 512x1024x8192, 64x8192x4096 and 8192x128x8192, 3 to 5 segments a tile).
 constexpr int kParallelFixupKBlocks = 12;
+// Weighed against the parallel fix-up where its segments keep their own slices (keeps_own_slice)
+// and a tile has at least kSpreadMinKBlocks k-blocks, a split k-block of the serial partition
+// counts kSerialSplitKBlockCost whole ones: its clusters run their ranges at their own k offsets,
+// out of step with the others reading the same operands (v10's kSplitKBlockCost, fitted over the
+// tile matrix). Measured on the H100 (bench/NOTES.md): weighed so at every K, v10's picks changed on
+// 384 of 1734 shapes and lost on 14 of 50 sampled, 11 of them with K <= 8192; from K = 16384 they
+// change on 155, and 34 held out ran a median 17.6 % faster (12 slower, by up to 22 %).
+constexpr double kSerialSplitKBlockCost = 2.0;
+constexpr int kSpreadMinKBlocks = 256;
 
 // A unit of work; also the cursor through a cluster's list of units (the next one follows from it).
 struct Unit {
@@ -206,10 +218,17 @@ inline bool is_tail_split(const Partition& p) {
   return !p.parallel && p.dp_tiles > 0 && p.split() && p.units - p.dp_tiles < p.workers;
 }
 
+// Whether the parallel fix-up's S segments sum their slices from their own registers (Scheduler::
+// fixup_parallel): where that takes fewer round trips (S - 1) than the slices cut in float2s (2 F / S
+// float2s a thread, one round trip each while S <= 13; F float4s a thread in a consumer's partial).
+__host__ __device__ constexpr bool keeps_own_slice(int segments, int slot_float4s) {
+  return segments * (segments - 1) <= 2 * slot_float4s;
+}
+
 // hbm_segments: the parallel fix-up's most segments a tile (hbm_segments<T> below; 0: no limit).
 // tail_slowdown: > 0 to weigh the tail split (above) with that slowdown of its split k-blocks.
 inline Partition make_partition(int units, int num_kb, int max_workers, int min_gain_pct, bool parallel_fixup,
-                                int hbm_segments = 0, double tail_slowdown = 0) {
+                                int hbm_segments = 0, double tail_slowdown = 0, int slot_float4s = 0) {
   const int w_all = std::max(1, max_workers);
   const Partition serial =
       make_tail_partition(units, num_kb, w_all, tail_slowdown, make_serial_partition(units, num_kb, max_workers, min_gain_pct));
@@ -217,9 +236,19 @@ inline Partition make_partition(int units, int num_kb, int max_workers, int min_
   int segments = std::min(w_all / units, num_kb);  // a tile's, each on its own cluster
   if (hbm_segments > 0) segments = std::min(segments, hbm_segments);
   const Partition parallel{units, num_kb, units * segments, 0, num_kb / segments, num_kb % segments, segments};
-  const int64_t busiest = parallel.busiest_kblocks();
-  if (busiest < serial.busiest_kblocks() && busiest * 100 < int64_t(num_kb) * (100 - min_gain_pct)) return parallel;
+  const int64_t busiest = parallel.busiest_kblocks(), serial_whole = serial.whole_kblocks();
+  const double split_cost = keeps_own_slice(segments, slot_float4s) && num_kb >= kSpreadMinKBlocks ? kSerialSplitKBlockCost : 1.0;
+  const double serial_cost = double(serial_whole) + split_cost * double(serial.busiest_kblocks() - serial_whole);
+  if (double(busiest) < serial_cost && busiest * 100 < int64_t(num_kb) * (100 - min_gain_pct)) return parallel;
   return serial;
+}
+
+// The partial bytes the parallel fix-up moves through L2: the workspace's slots, less each
+// segment's own slice where it keeps it.
+template <class T>
+double moved_partial_bytes(const Partition& part, int64_t bytes) {
+  const int s = part.parallel;
+  return double(bytes) * (keeps_own_slice(s, T::kPieceFloat4s) ? double(s - 1) / s : 1.0);
 }
 
 // The workspace keeps a slot (and a flag) per group, CTA of the cluster and computing consumer
@@ -288,7 +317,7 @@ template <class T>
 Partition partition_of(const GtArgs* args, int min_gain_pct, bool parallel_fixup, bool tail_split = false) {
   const int units = persistent::grid_m_groups<T>(args) * persistent::grid_n<T>(args);
   return make_partition(units, host::ceil_div(args->k, persistent::BK), persistent::max_clusters<T>(args), min_gain_pct,
-                        parallel_fixup, hbm_segments<T>(args), tail_split ? tail_slowdown<T>(args) : 0);
+                        parallel_fixup, hbm_segments<T>(args), tail_split ? tail_slowdown<T>(args) : 0, T::kPieceFloat4s);
 }
 
 template <class T, int kMinGainPct = 0, bool kParallelFixup = false, bool kTailSplit = false>
@@ -616,22 +645,49 @@ struct Scheduler {
   }
 
   // The parallel fix-up (few tiles, every tile cut into segments of its own, one a cluster: a
-  // cluster's range is one unit of one tile). The unit publishes its partial at once and counts it
-  // on the tile's count of published segments; once that reaches S, segment q of S sums slice q of
-  // the tile over all S partials, in k order (the same additions every run), and stores it to C as
-  // bf16. The last warpgroup done reading clears the tile's counts for the next launch. One thread
-  // a warpgroup polls one count: with a flag a segment, polled by a thread each, the tile's last
-  // wait ended 2.5 us after its last partial was published at 256x256x16384 (bench/NOTES.md).
+  // cluster's range is one unit of one tile). Every segment publishes its partial at once and counts
+  // it on the tile's count of published segments; once that reaches S, segment q of S sums slice q
+  // of the tile over all S partials in a fixed order (the same additions every run) and stores it
+  // to C as bf16. The last warpgroup done reading clears the tile's counts for the next launch. One
+  // thread a warpgroup polls one count: with a flag a segment, polled by a thread each, the tile's
+  // last wait ended 2.5 us after its last partial was published at 256x256x16384 (bench/NOTES.md).
   // No deadlock and no chain: a cluster waits only after publishing the one partial it will ever
   // publish, so every wait ends once all clusters have run their k-blocks (all are resident).
+  //
+  // Two ways to sum a slice, by what bounds it: the L2 round trips of a thread's loads.
+  // - With few segments (keeps_own_slice), slice q is cut along the slot's thread-major order, so
+  //   each thread sums float4s it holds itself (reduce_own_slice): it keeps them in its registers
+  //   (its partial is published less that slice: 1 / S fewer bytes through L2), adds the other
+  //   segments' one partial at a time, its whole share of the slice loaded at once, S - 1 round trips.
+  // - With more, that share is a float4 or none and S - 1 round trips are too many: the slice is cut
+  //   in float2s over every thread, each loading up to 12 partials at once (reduce_slice).
   template <class Rec, class Sync>
   __device__ bool fixup_parallel(float (&acc)[T::kRowGroups][T::WN / 2], uint32_t rank, int cw, uint32_t tile, Rec& rec,
                                  Sync wg_sync, uint32_t& t) {
-    publish(AccF4{acc}, slot_index(int(cluster_index()), rank, cw), published(unit.entry, rank, cw), true, tile, rec,
-            wg_sync, t);
-    reduce_slice(unit.entry, rank, cw, rec, wg_sync, t);
+    const int tid = threadIdx.x % 128, worker = int(cluster_index());
+    const int segments = p.part.parallel, seg = worker - unit.entry * segments;
+    const bool own = keeps_own_slice(segments);
+    constexpr int kFloat4s = kSlotFloat4s * 128;
+    const int lo = own ? seg * kFloat4s / segments : 0, hi = own ? (seg + 1) * kFloat4s / segments : 0;
+    const AccF4 f4{acc};
+    float4* slot = p.slots + size_t(slot_index(worker, rank, cw)) * (kSlotFloats / 4) + tid;
+    const uint64_t keep = partial_store_policy();
+#pragma unroll
+    for (int i = 0; i < kSlotFloat4s; ++i) {
+      const int f = i * 128 + tid;
+      if (f >= lo && f < hi) continue;  // this segment's own slice: nobody else reads it
+      const float* a = f4(i);
+      st_cg_hint(slot + i * 128, make_float4(a[0], a[1], a[2], a[3]), keep);
+    }
+    wg_sync();  // every thread's stores, before thread 0's release
+    if (tid == 0) flag_add_release(published(unit.entry, rank, cw), 1);
+    t = rec.record(Tag::PARTIAL_STORE, t, tile, uint32_t(unit.kb_begin));
+    if (own) reduce_own_slice(f4, unit.entry, seg, lo, hi, rank, cw, rec, wg_sync, t);
+    else reduce_slice(unit.entry, rank, cw, rec, wg_sync, t);
     return false;
   }
+
+  __device__ static bool keeps_own_slice(int segments) { return stream_k::keeps_own_slice(segments, kSlotFloat4s); }
 
   // Tile `entry`'s counts (rank, consumer warpgroup): segments published, and segments done reading.
   __device__ int32_t* published(int entry, uint32_t rank, int cw) const { return p.flags + part_slot<T>(entry, rank, cw); }
@@ -639,7 +695,72 @@ struct Scheduler {
     return p.flags + size_t(p.part.units) * kClusterParts<T> + part_slot<T>(entry, rank, cw);
   }
 
-  // This cluster's slice of tile `entry`: wait for every segment, sum the slice, store it to C.
+  // The thread's part of tile `entry`'s tally, after the fix-up's loads: the warpgroup's last reader
+  // clears the tile's counts.
+  __device__ void done_with(int entry, uint32_t rank, int cw, int segments) const {
+    if (threadIdx.x % 128 == 0 && flag_add_acq_rel(done_reading(entry, rank, cw), 1) == segments - 1) {
+      flag_store_relaxed(published(entry, rank, cw), 0);  // everyone has read: clear both
+      flag_store_relaxed(done_reading(entry, rank, cw), 0);
+    }
+  }
+
+  // Segment `seg`'s slice of tile `entry`, float4s [lo, hi) of the slot (float4 f = i * 128 + th is
+  // thread th's float4 i): wait for every segment, then each thread adds the other segments' values
+  // of its own float4s in the slice to its accumulators, in k order after its own, and stores them to C.
+  template <class Rec, class Sync>
+  __device__ void reduce_own_slice(AccF4 f4, int entry, int seg, int lo, int hi, uint32_t rank, int cw, Rec& rec,
+                                   Sync wg_sync, uint32_t& t) {
+    const int tid = threadIdx.x % 128, segments = p.part.parallel;
+    int m_block, n_block;
+    coords_of(entry, rank, m_block, n_block);
+    const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
+    const uint32_t my_kb = uint32_t(unit.kb_begin);
+    if (tid == 0)
+      flag_wait(published(entry, rank, cw), segments, WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile, my_kb});
+    wg_sync();  // the waiting thread's acquire, before every thread's loads
+    t = rec.record(Tag::WAIT_PARTIAL, t, tile, my_kb);
+    const float4* first_slot = p.slots + size_t(slot_index(entry * segments, rank, cw)) * (kSlotFloats / 4) + tid;
+    constexpr size_t kStride = size_t(kClusterParts<T>) * (kSlotFloats / 4);  // consecutive clusters' slots, in float4s
+    const uint64_t dead = partial_load_policy();
+    // The loads of a round trip land in kChunk float4s of registers (more spill the 64x128
+    // consumers), so a share spanning two chunks takes two rounds per segment.
+    constexpr int kChunk = kSlotFloat4s < 8 ? kSlotFloat4s : 8;
+#pragma unroll
+    for (int c = 0; c < kSlotFloat4s; c += kChunk) {
+      if (c * 128 + tid >= hi || (c + kChunk - 1) * 128 + tid < lo) continue;  // none of this chunk is in the slice
+#pragma unroll 1
+      for (int w = 0; w < segments; ++w) {
+        if (w == seg) continue;
+        const float4* src = first_slot + w * kStride;
+        float4 v[kChunk];
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j)
+          if ((c + j) * 128 + tid >= lo && (c + j) * 128 + tid < hi) v[j] = ld_cg_hint(src + (c + j) * 128, dead);
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j)
+          if ((c + j) * 128 + tid >= lo && (c + j) * 128 + tid < hi) {
+            float* a = f4(c + j);
+            a[0] += v[j].x, a[1] += v[j].y, a[2] += v[j].z, a[3] += v[j].w;
+          }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kSlotFloat4s; ++i) {
+      if (i * 128 + tid < lo || i * 128 + tid >= hi) continue;
+      const float* a = f4(i);
+      int row, col;
+      c_position(m_block, n_block, cw, i, tid, row, col);
+      if (col >= p.n) continue;  // N is a multiple of 8: both columns or neither
+      if (row < p.m) *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row) * p.n + col) = __floats2bfloat162_rn(a[0], a[1]);
+      if (row + 8 < p.m) *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row + 8) * p.n + col) = __floats2bfloat162_rn(a[2], a[3]);
+    }
+    t = rec.record(Tag::REDUCE, t, tile, my_kb);
+    wg_sync();  // every thread's loads, before thread 0 says this warpgroup is done reading
+    done_with(entry, rank, cw, segments);
+  }
+
+  // This cluster's slice of tile `entry`, cut in float2s: wait for every segment, sum the slice over
+  // the S partials in k order, store it to C.
   template <class Rec, class Sync>
   __device__ void reduce_slice(int entry, uint32_t rank, int cw, Rec& rec, Sync wg_sync, uint32_t& t) {
     const int tid = threadIdx.x % 128, worker = int(cluster_index());
@@ -692,12 +813,7 @@ struct Scheduler {
     }
     t = rec.record(Tag::REDUCE, t, tile, my_kb);
     wg_sync();  // every thread's loads, before thread 0 says this warpgroup is done reading
-    if (tid == 0) {
-      if (flag_add_acq_rel(done_reading(entry, rank, cw), 1) == segments - 1) {  // everyone has read: clear both
-        flag_store_relaxed(published(entry, rank, cw), 0);
-        flag_store_relaxed(done_reading(entry, rank, cw), 0);
-      }
-    }
+    done_with(entry, rank, cw, segments);
   }
 };
 

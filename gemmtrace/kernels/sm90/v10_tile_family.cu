@@ -68,6 +68,7 @@ constexpr double kThroughput[kFamily] = {1.00, 0.93, 0.925, 0.85, 0.67, 0.54, 0.
 // outside the benchmark suite; bench/results/20261123-h100-v10-tile-matrix.json): 1 left a mean
 // loss against the best tile of 9.7 % off the suite, 2 left 4.0 %, 2.5 and 3 made it worse again.
 constexpr double kSplitKBlockCost = 2.0;
+static_assert(kSplitKBlockCost == stream_k::kSerialSplitKBlockCost, "stream_k.cuh weighs its two fix-ups with it");
 
 // Stream-K splits only where it promises at least this many percent fewer k-blocks on the busiest
 // cluster than whole tiles. v9 measured why: its split phase runs slower than whole tiles, up to a
@@ -158,7 +159,7 @@ double tile_cost(const GtArgs* args, int i) {
     // Every tile cut for the parallel fix-up: its segments are capped to what HBM feeds, so their
     // k-blocks count once (kSplitKBlockCost is the loss of L2 sharing behind whole-tile waves); then
     // the fix-up, whose partials scale with the tile's area.
-    const double moved = double(stream_k::workspace_bytes<T>(part)) / kPartialBytesPerKBlock;
+    const double moved = stream_k::moved_partial_bytes<T>(part, stream_k::workspace_bytes<T>(part)) / kPartialBytesPerKBlock;
     return double(busiest - stream_k::kParallelFixupKBlocks) * per_kblock + kParallelFixupFixedKBlocks + moved;
   });
 }
