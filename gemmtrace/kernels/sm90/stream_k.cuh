@@ -658,7 +658,8 @@ struct Scheduler {
   // - With few segments (keeps_own_slice), slice q is cut along the slot's thread-major order, so
   //   each thread sums float4s it holds itself (reduce_own_slice): it keeps them in its registers
   //   (its partial is published less that slice: 1 / S fewer bytes through L2), adds the other
-  //   segments' one partial at a time, its whole share of the slice loaded at once, S - 1 round trips.
+  //   segments' one partial at a time, its share of the slice loaded at once (in chunks of up to 8
+  //   float4s), S - 1 round trips a chunk.
   // - With more, that share is a float4 or none and S - 1 round trips are too many: the slice is cut
   //   in float2s over every thread, each loading up to 12 partials at once (reduce_slice).
   template <class Rec, class Sync>
