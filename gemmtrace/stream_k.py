@@ -40,9 +40,13 @@ class Partition:
     def split(self) -> bool:
         return self.dp_tiles < self.units
 
+    def whole_kblocks(self) -> int:
+        """The kernel's Partition::whole_kblocks: the k-blocks of the busiest cluster's whole tiles."""
+        return -(-self.dp_tiles // self.workers) * self.num_kb
+
     def busiest_kblocks(self) -> int:
         """The kernel's Partition::busiest_kblocks: the busiest cluster's k-blocks, fix-ups counted."""
-        whole = -(-self.dp_tiles // self.workers) * self.num_kb
+        whole = self.whole_kblocks()
         if not self.split:
             return whole
         if self.parallel:
@@ -163,7 +167,7 @@ def partition(units: int, num_kb: int, max_workers: int, min_gain_pct: int = 0,
         segments = min(segments, hbm_segments)
     p = Partition(units, num_kb, units * segments, 0, num_kb // segments, num_kb % segments, segments)
     busiest = p.busiest_kblocks()
-    serial_whole = -(-serial.dp_tiles // serial.workers) * serial.num_kb
+    serial_whole = serial.whole_kblocks()
     split_cost = (SERIAL_SPLIT_KBLOCK_COST if keeps_own_slice(segments, slot_float4s) and num_kb >= SPREAD_MIN_KBLOCKS
                   else 1.0)
     serial_cost = serial_whole + split_cost * (serial.busiest_kblocks() - serial_whole)

@@ -243,14 +243,6 @@ inline Partition make_partition(int units, int num_kb, int max_workers, int min_
   return serial;
 }
 
-// The partial bytes the parallel fix-up moves through L2: the workspace's slots, less each
-// segment's own slice where it keeps it.
-template <class T>
-double moved_partial_bytes(const Partition& part, int64_t bytes) {
-  const int s = part.parallel;
-  return double(bytes) * (keeps_own_slice(s, T::kPieceFloat4s) ? double(s - 1) / s : 1.0);
-}
-
 // The workspace keeps a slot (and a flag) per group, CTA of the cluster and computing consumer
 // warpgroup, in that order: kClusterParts<T> of them a group. A group is a cluster (or, for the
 // parallel fix-up's counts, a tile).
@@ -274,6 +266,14 @@ template <class T>
 int64_t workspace_bytes(const Partition& part) {
   if (!part.split()) return 0;
   return flag_bytes<T>(part) + int64_t(part.workers) * kClusterParts<T> * T::kPieceFloat4s * 128 * 16;
+}
+
+// The partial bytes the parallel fix-up moves through L2: the workspace, less each segment's own
+// slice where it keeps it.
+template <class T>
+double moved_partial_bytes(const Partition& part) {
+  const int s = part.parallel;
+  return double(workspace_bytes<T>(part)) * (keeps_own_slice(s, T::kPieceFloat4s) ? double(s - 1) / s : 1.0);
 }
 
 // The parallel fix-up cuts a tile into no more segments than it takes for their SMs to draw the
@@ -630,18 +630,22 @@ struct Scheduler {
     col = n_block * T::BN + T::col0(cw) + j * 8 + (th % 4) * 2;
   }
 
+  // This thread's float4 f of consumer cw's part of tile (m_block, n_block), summed, to C as bf16
+  // (rows and columns past C skipped).
+  __device__ void store_to_c(int m_block, int n_block, int cw, int f, float x, float y, float z, float w) const {
+    int row, col;
+    c_position(m_block, n_block, cw, f, threadIdx.x % 128, row, col);
+    if (col >= p.n) return;  // N is a multiple of 8: both columns or neither
+    if (row < p.m) *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row) * p.n + col) = __floats2bfloat162_rn(x, y);
+    if (row + 8 < p.m) *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row + 8) * p.n + col) = __floats2bfloat162_rn(z, w);
+  }
+
   // Piece `me` of this consumer's part of tile (m_block, n_block), summed, to C as bf16.
   __device__ void store_piece(const float4 (&piece)[kSlotFloat4s], int m_block, int n_block, int cw) const {
-    const int tid = threadIdx.x % 128, me = int(cluster_ctarank());
+    const int me = int(cluster_ctarank());
 #pragma unroll
-    for (int i = 0; i < kSlotFloat4s; ++i) {
-      int row, col;
-      c_position(m_block, n_block, cw, me * kSlotFloat4s + i, tid, row, col);
-      if (col >= p.n) continue;  // N is a multiple of 8: both columns or neither
-      if (row < p.m) *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row) * p.n + col) = __floats2bfloat162_rn(piece[i].x, piece[i].y);
-      if (row + 8 < p.m)
-        *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row + 8) * p.n + col) = __floats2bfloat162_rn(piece[i].z, piece[i].w);
-    }
+    for (int i = 0; i < kSlotFloat4s; ++i)
+      store_to_c(m_block, n_block, cw, me * kSlotFloat4s + i, piece[i].x, piece[i].y, piece[i].z, piece[i].w);
   }
 
   // The parallel fix-up (few tiles, every tile cut into segments of its own, one a cluster: a
@@ -684,7 +688,7 @@ struct Scheduler {
     if (tid == 0) flag_add_release(published(unit.entry, rank, cw), 1);
     t = rec.record(Tag::PARTIAL_STORE, t, tile, uint32_t(unit.kb_begin));
     if (own) reduce_own_slice(f4, unit.entry, seg, lo, hi, rank, cw, rec, wg_sync, t);
-    else reduce_slice(unit.entry, rank, cw, rec, wg_sync, t);
+    else reduce_slice(unit.entry, seg, rank, cw, rec, wg_sync, t);
     return false;
   }
 
@@ -694,6 +698,21 @@ struct Scheduler {
   __device__ int32_t* published(int entry, uint32_t rank, int cw) const { return p.flags + part_slot<T>(entry, rank, cw); }
   __device__ int32_t* done_reading(int entry, uint32_t rank, int cw) const {
     return p.flags + size_t(p.part.units) * kClusterParts<T> + part_slot<T>(entry, rank, cw);
+  }
+
+  // The head of both reduces: wait until every segment of tile `entry` has published (one thread
+  // polls the tile's count), record the wait, and give the tile's place in C and its id.
+  template <class Rec, class Sync>
+  __device__ uint32_t wait_for_segments(int entry, uint32_t rank, int cw, Rec& rec, Sync wg_sync, uint32_t& t, int& m_block,
+                                        int& n_block) const {
+    coords_of(entry, rank, m_block, n_block);
+    const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
+    if (threadIdx.x % 128 == 0)
+      flag_wait(published(entry, rank, cw), p.part.parallel,
+                WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile, uint32_t(unit.kb_begin)});
+    wg_sync();  // the waiting thread's acquire, before every thread's loads
+    t = rec.record(Tag::WAIT_PARTIAL, t, tile, uint32_t(unit.kb_begin));
+    return tile;
   }
 
   // The thread's part of tile `entry`'s tally, after the fix-up's loads: the warpgroup's last reader
@@ -713,13 +732,8 @@ struct Scheduler {
                                    Sync wg_sync, uint32_t& t) {
     const int tid = threadIdx.x % 128, segments = p.part.parallel;
     int m_block, n_block;
-    coords_of(entry, rank, m_block, n_block);
-    const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
-    const uint32_t my_kb = uint32_t(unit.kb_begin);
-    if (tid == 0)
-      flag_wait(published(entry, rank, cw), segments, WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile, my_kb});
-    wg_sync();  // the waiting thread's acquire, before every thread's loads
-    t = rec.record(Tag::WAIT_PARTIAL, t, tile, my_kb);
+    const uint32_t tile = wait_for_segments(entry, rank, cw, rec, wg_sync, t, m_block, n_block);
+    auto in_slice = [tid, lo, hi](int i) { return i * 128 + tid >= lo && i * 128 + tid < hi; };  // thread tid's float4 i
     const float4* first_slot = p.slots + size_t(slot_index(entry * segments, rank, cw)) * (kSlotFloats / 4) + tid;
     constexpr size_t kStride = size_t(kClusterParts<T>) * (kSlotFloats / 4);  // consecutive clusters' slots, in float4s
     const uint64_t dead = partial_load_policy();
@@ -736,10 +750,10 @@ struct Scheduler {
         float4 v[kChunk];
 #pragma unroll
         for (int j = 0; j < kChunk; ++j)
-          if ((c + j) * 128 + tid >= lo && (c + j) * 128 + tid < hi) v[j] = ld_cg_hint(src + (c + j) * 128, dead);
+          if (in_slice(c + j)) v[j] = ld_cg_hint(src + (c + j) * 128, dead);
 #pragma unroll
         for (int j = 0; j < kChunk; ++j)
-          if ((c + j) * 128 + tid >= lo && (c + j) * 128 + tid < hi) {
+          if (in_slice(c + j)) {
             float* a = f4(c + j);
             a[0] += v[j].x, a[1] += v[j].y, a[2] += v[j].z, a[3] += v[j].w;
           }
@@ -747,34 +761,23 @@ struct Scheduler {
     }
 #pragma unroll
     for (int i = 0; i < kSlotFloat4s; ++i) {
-      if (i * 128 + tid < lo || i * 128 + tid >= hi) continue;
+      if (!in_slice(i)) continue;
       const float* a = f4(i);
-      int row, col;
-      c_position(m_block, n_block, cw, i, tid, row, col);
-      if (col >= p.n) continue;  // N is a multiple of 8: both columns or neither
-      if (row < p.m) *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row) * p.n + col) = __floats2bfloat162_rn(a[0], a[1]);
-      if (row + 8 < p.m) *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row + 8) * p.n + col) = __floats2bfloat162_rn(a[2], a[3]);
+      store_to_c(m_block, n_block, cw, i, a[0], a[1], a[2], a[3]);
     }
-    t = rec.record(Tag::REDUCE, t, tile, my_kb);
+    t = rec.record(Tag::REDUCE, t, tile, uint32_t(unit.kb_begin));
     wg_sync();  // every thread's loads, before thread 0 says this warpgroup is done reading
     done_with(entry, rank, cw, segments);
   }
 
-  // This cluster's slice of tile `entry`, cut in float2s: wait for every segment, sum the slice over
+  // Segment `seg`'s slice of tile `entry`, cut in float2s: wait for every segment, sum the slice over
   // the S partials in k order, store it to C.
   template <class Rec, class Sync>
-  __device__ void reduce_slice(int entry, uint32_t rank, int cw, Rec& rec, Sync wg_sync, uint32_t& t) {
-    const int tid = threadIdx.x % 128, worker = int(cluster_index());
-    const int g0 = entry * p.part.num_kb;  // no whole tiles come first under this partition
+  __device__ void reduce_slice(int entry, int seg, uint32_t rank, int cw, Rec& rec, Sync wg_sync, uint32_t& t) {
+    const int tid = threadIdx.x % 128;
     const int segments = p.part.parallel, first = entry * segments;  // the tile's segments: clusters first, first + 1, ...
     int m_block, n_block;
-    coords_of(entry, rank, m_block, n_block);
-    const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
-    const uint32_t my_kb = uint32_t(p.part.sk_begin(worker) - g0);
-    if (tid == 0)
-      flag_wait(published(entry, rank, cw), segments, WaitSite{uint32_t(Role::CONSUMER), persistent::kPartialFlag, tile, my_kb});
-    wg_sync();  // the waiting thread's acquire, before every thread's loads
-    t = rec.record(Tag::WAIT_PARTIAL, t, tile, my_kb);
+    const uint32_t tile = wait_for_segments(entry, rank, cw, rec, wg_sync, t, m_block, n_block);
     // The slice is cut in float2s (one bf16x2 of C each), so that every thread of the warpgroup has
     // work even when a tile has tens of segments: a slice is then a few float2s a thread, read from
     // each of tens of partials, and its time goes to L2 round trips. The partials are loaded kBatch
@@ -783,7 +786,7 @@ struct Scheduler {
     // H100, CUPTI; this way 17.06 us.)
     constexpr int F2 = kSlotFloat4s * 128 * 2;  // float2s in a slot; float2 e is half e % 2 of float4 e / 2
     constexpr int kBatch = 12;                  // more spills the 64-accumulator tiles
-    const int seg = worker - first, others = segments - 1;
+    const int others = segments - 1;
     // Consecutive clusters' slots are a fixed stride apart.
     const float2* first_slot = reinterpret_cast<const float2*>(p.slots + size_t(slot_index(first, rank, cw)) * (kSlotFloats / 4));
     constexpr size_t kStride = size_t(kClusterParts<T>) * (kSlotFloats / 4) * 2;  // in float2s
@@ -812,7 +815,7 @@ struct Scheduler {
       if (col < p.n && row < p.m)  // N is a multiple of 8: both columns or neither
         *reinterpret_cast<__nv_bfloat162*>(p.c + size_t(row) * p.n + col) = __floats2bfloat162_rn(s.x, s.y);
     }
-    t = rec.record(Tag::REDUCE, t, tile, my_kb);
+    t = rec.record(Tag::REDUCE, t, tile, uint32_t(unit.kb_begin));
     wg_sync();  // every thread's loads, before thread 0 says this warpgroup is done reading
     done_with(entry, rank, cw, segments);
   }

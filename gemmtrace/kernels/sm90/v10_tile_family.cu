@@ -159,7 +159,7 @@ double tile_cost(const GtArgs* args, int i) {
     // Every tile cut for the parallel fix-up: its segments are capped to what HBM feeds, so their
     // k-blocks count once (kSplitKBlockCost is the loss of L2 sharing behind whole-tile waves); then
     // the fix-up, whose partials scale with the tile's area.
-    const double moved = stream_k::moved_partial_bytes<T>(part, stream_k::workspace_bytes<T>(part)) / kPartialBytesPerKBlock;
+    const double moved = stream_k::moved_partial_bytes<T>(part) / kPartialBytesPerKBlock;
     return double(busiest - stream_k::kParallelFixupKBlocks) * per_kblock + kParallelFixupFixedKBlocks + moved;
   });
 }
