@@ -34,6 +34,9 @@ class KernelResources:
     stack_bytes: int
     spill_store_bytes: int
     spill_load_bytes: int
+    # ptxas's reason where it serialized the function's wgmma (warnings C7514, C7515, ...), else "":
+    # the tensor cores then wait for each wgmma before the next, whatever the source says.
+    wgmma_serialized: str = ""
 
     @property
     def spills(self) -> int:
@@ -101,11 +104,14 @@ _ENTRY_RE = re.compile(r"Compiling entry function '([^']+)' for '(sm_\w+)'")
 _STACK_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _REGS_RE = re.compile(r"Used (\d+) registers")
 _SMEM_RE = re.compile(r"(\d+) bytes smem")
+_SERIALIZED_RE = re.compile(r"wgmma\.mma_async instructions are serialized due to (.+?) in the function '([^']+)'")
 
 
 def parse_ptxas(log: str) -> tuple[KernelResources, ...]:
-    """Read registers, shared memory, stack and spills per entry function from `-Xptxas -v` output."""
+    """Read registers, shared memory, stack, spills and serialized wgmma per entry function from
+    `-Xptxas -v` output."""
     out = []
+    serialized = {name: " ".join(reason.split()) for reason, name in _SERIALIZED_RE.findall(log)}
     blocks = _ENTRY_RE.split(log)
     # split gives [pre, name1, arch1, body1, name2, arch2, body2, ...]
     for i in range(1, len(blocks) - 2, 3):
@@ -127,6 +133,7 @@ def parse_ptxas(log: str) -> tuple[KernelResources, ...]:
                 stack_bytes=int(stack.group(1)),
                 spill_store_bytes=int(stack.group(2)),
                 spill_load_bytes=int(stack.group(3)),
+                wgmma_serialized=serialized.get(name, ""),
             )
         )
     return tuple(out)

@@ -100,7 +100,8 @@ def build_cmd(
     debug: bool = typer.Option(False, "--debug", help="Debug build: bounded mbarrier waits that report a hang."),
     force: bool = typer.Option(False, "--force", help="Rebuild even when the cache has the library."),
 ) -> None:
-    """Compile kernels with nvcc (no GPU needed) and print ptxas's registers, shared memory, stack and spills."""
+    """Compile kernels with nvcc (no GPU needed) and print ptxas's registers, shared memory, stack and spills,
+    and warn where ptxas serialized a kernel's wgmma."""
     from .build import build
 
     if all_ == (kernel is not None):
@@ -112,19 +113,23 @@ def build_cmd(
     t = Table(title="build")
     for col in ("kernel", "arch", "function", "registers", "smem (static)", "stack", "spill st/ld", "build", "library"):
         t.add_column(col)
-    spills = 0
+    spills, serialized = 0, []
     with console.status("compiling") as status:
         for spec in specs:
             status.update(f"compiling {spec.name} for {arch or spec.arch}")
             r = build(spec.name, arch or spec.arch, debug=debug, force=force)
             for res in r.resources:
                 spills += res.spills
+                if res.wgmma_serialized:
+                    serialized.append(f"{spec.name} {res.function} ({res.wgmma_serialized})")
                 t.add_row(spec.name, r.arch, res.function, str(res.registers), str(res.smem_bytes), str(res.stack_bytes),
                           f"{res.spill_store_bytes}/{res.spill_load_bytes}",
                           "cached" if r.cached else f"{r.seconds:.1f} s", str(r.library))
     console.print(t)
     if spills:
         err_console.print(f"[yellow]warning:[/] {spills} bytes of register spills (see the table).")
+    for line in serialized:
+        err_console.print(f"[yellow]warning:[/] ptxas serialized the wgmma of {line}.", markup=True, highlight=False)
 
 
 @app.command("run")

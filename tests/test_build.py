@@ -42,6 +42,7 @@ def test_build_all_cli_compiles_every_kernel_without_spills(cache):
             log = (r.library.parent / "ptxas.log").read_text()
             assert "C7515" not in log, f"ptxas serializes {k.name}'s wgmma pipeline:\n{log}"
             for res in r.resources:
+                assert not res.wgmma_serialized, f"ptxas serializes {k.name} {res.function}'s wgmma: {res.wgmma_serialized}"
                 assert res.spills == 0, f"{k.name} {res.function} spills {res.spills} bytes"
                 assert res.stack_bytes == 0, f"{k.name} {res.function} uses a {res.stack_bytes}-byte stack frame"
             assert k.name in out.stdout
@@ -120,6 +121,42 @@ def test_ptxas_parser_reads_spills():
     )
     (r,) = parse_ptxas(log)
     assert (r.registers, r.smem_bytes, r.stack_bytes, r.spills, r.profiled) == (168, 1024, 16, 20, True)
+    assert r.wgmma_serialized == ""
+
+
+def test_ptxas_parser_names_serialized_wgmma(tmp_path, monkeypatch):
+    """ptxas's C7514 names the function whose wgmma it serialized, wherever the line falls in the log
+    (here before that function's own report); the parser gives the reason and `build` warns."""
+    from gemmtrace.build import BuildResult
+    from gemmtrace import build as build_mod
+
+    other, mine = "_Z7gemm_v9ILb0EEvv", "_Z7gemm_v9ILb1EEvv"
+    log = (
+        f"ptxas info    : Compiling entry function '{other}' for 'sm_90a'\n"
+        f"ptxas info    : Function properties for {other}\n"
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+        "ptxas info    : Used 168 registers, used 1 barriers, 1024 bytes smem\n"
+        "ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non "
+        "wgmma instructions reading accumulator registers of  a wgmma between start and end of the pipeline stage in "
+        f"the function '{mine}'\n"
+        f"ptxas info    : Compiling entry function '{mine}' for 'sm_90a'\n"
+        f"ptxas info    : Function properties for {mine}\n"
+        "    128 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+        "ptxas info    : Used 168 registers, used 1 barriers, 1024 bytes smem\n"
+    )
+    plain, profiled = parse_ptxas(log)
+    assert plain.wgmma_serialized == "" and profiled.stack_bytes == 128
+    assert profiled.wgmma_serialized.startswith("non wgmma instructions reading accumulator registers")
+    result = BuildResult("v9", "sm90a", False, tmp_path / "libkernel.so", True, 0.0, (plain, profiled))
+    monkeypatch.setattr(build_mod, "build", lambda *a, **k: result)
+    from typer.testing import CliRunner
+
+    from gemmtrace.cli import app
+
+    out = CliRunner().invoke(app, ["build", "--kernel", "v9"])
+    assert out.exit_code == 0, out.output
+    assert "ptxas serialized the wgmma of v9 gemm_v9<profiled> (non wgmma instructions reading" in " ".join(out.output.split())
+    assert "gemm_v9<plain> (" not in out.output
 
 
 @pytest.mark.parametrize("sites", [1, 3])
