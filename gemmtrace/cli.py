@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import registry
@@ -129,7 +130,7 @@ def build_cmd(
     if spills:
         err_console.print(f"[yellow]warning:[/] {spills} bytes of register spills (see the table).")
     for line in serialized:
-        err_console.print(f"[yellow]warning:[/] ptxas serialized the wgmma of {line}.", markup=True, highlight=False)
+        err_console.print(f"[yellow]warning:[/] ptxas serialized the wgmma of {escape(line)}.", highlight=False)
 
 
 @app.command("run")
