@@ -457,17 +457,21 @@ struct Scheduler {
     __device__ float* operator()(int i) const { return &piece[i].x; }
   };
 
-  // Store this warpgroup's partial (f4(0 .. kSlotFloat4s - 1)) to slot s, then set `flag` (the
-  // slot's own) or, with `count`, add one to it (the tile's count of published segments).
-  // Thread-major layout: each store instruction of a warp writes 512 contiguous bytes, and thread
-  // tid of the reading warpgroup loads back exactly the elements it holds.
+  // Store this warpgroup's partial (f4(0 .. kSlotFloat4s - 1)) to slot s, less float4s [own_lo,
+  // own_hi) of the slot (a parallel fix-up segment's own slice, which nobody else reads), then set
+  // `flag` (the slot's own) or, with `count`, add one to it (the tile's count of published segments).
+  // Thread-major layout: float4 f = i * 128 + tid is thread tid's i; each store instruction of a warp
+  // writes 512 contiguous bytes, and thread tid of the reading warpgroup loads back exactly the
+  // elements it holds.
   template <class F4, class Rec, class Sync>
-  __device__ void publish(F4 f4, int s, int32_t* flag, bool count, uint32_t tile, Rec& rec, Sync wg_sync, uint32_t& t) {
+  __device__ void publish(F4 f4, int s, int32_t* flag, bool count, uint32_t tile, Rec& rec, Sync wg_sync, uint32_t& t,
+                          int own_lo = 0, int own_hi = 0) {
     const int tid = threadIdx.x % 128;
     float4* slot = p.slots + size_t(s) * (kSlotFloats / 4) + tid;
     const uint64_t keep = partial_store_policy();
 #pragma unroll
     for (int i = 0; i < kSlotFloat4s; ++i) {
+      if (i * 128 + tid >= own_lo && i * 128 + tid < own_hi) continue;
       const float* a = f4(i);
       st_cg_hint(slot + i * 128, make_float4(a[0], a[1], a[2], a[3]), keep);
     }
@@ -669,24 +673,13 @@ struct Scheduler {
   template <class Rec, class Sync>
   __device__ bool fixup_parallel(float (&acc)[T::kRowGroups][T::WN / 2], uint32_t rank, int cw, uint32_t tile, Rec& rec,
                                  Sync wg_sync, uint32_t& t) {
-    const int tid = threadIdx.x % 128, worker = int(cluster_index());
+    const int worker = int(cluster_index());
     const int segments = p.part.parallel, seg = worker - unit.entry * segments;
     const bool own = keeps_own_slice(segments);
     constexpr int kFloat4s = kSlotFloat4s * 128;
     const int lo = own ? seg * kFloat4s / segments : 0, hi = own ? (seg + 1) * kFloat4s / segments : 0;
     const AccF4 f4{acc};
-    float4* slot = p.slots + size_t(slot_index(worker, rank, cw)) * (kSlotFloats / 4) + tid;
-    const uint64_t keep = partial_store_policy();
-#pragma unroll
-    for (int i = 0; i < kSlotFloat4s; ++i) {
-      const int f = i * 128 + tid;
-      if (f >= lo && f < hi) continue;  // this segment's own slice: nobody else reads it
-      const float* a = f4(i);
-      st_cg_hint(slot + i * 128, make_float4(a[0], a[1], a[2], a[3]), keep);
-    }
-    wg_sync();  // every thread's stores, before thread 0's release
-    if (tid == 0) flag_add_release(published(unit.entry, rank, cw), 1);
-    t = rec.record(Tag::PARTIAL_STORE, t, tile, uint32_t(unit.kb_begin));
+    publish(f4, slot_index(worker, rank, cw), published(unit.entry, rank, cw), true, tile, rec, wg_sync, t, lo, hi);
     if (own) reduce_own_slice(f4, unit.entry, seg, lo, hi, rank, cw, rec, wg_sync, t);
     else reduce_slice(unit.entry, seg, rank, cw, rec, wg_sync, t);
     return false;
