@@ -191,7 +191,7 @@ struct Recorder<true, 0> {
 // nothing measurable; bench/NOTES.md). Lane 0 keeps the region's header and a ring of kRing records
 // in shared memory (kSmemBytes from `smem`, 16-byte aligned). record_span() only stores to the ring;
 // poll(), which the kernel calls where it has registers to spare, copies each full half of the ring
-// to the region with one cp.async.bulk; finish() copies the rest, then the header. Contract: poll
+// to the region with one cp.async.bulk; finish() stores the rest, then the header. Contract: poll
 // at least once every kRing / 2 records (a debug build traps otherwise). Hot-path state is three
 // registers (ring address, count, base cycles): the region's address, its capacity and the count
 // flushed so far wait in the shared header.
@@ -220,6 +220,14 @@ struct Recorder<true, kRing> {
     uint32_t v;
     asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
     return v;
+  }
+  static __device__ __forceinline__ uint4 lds4(uint32_t a) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
+    return v;
+  }
+  static __device__ __forceinline__ void stg4(uint32_t* p, uint4 v) {
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
   }
   __device__ __forceinline__ uint64_t region() const {
     uint32_t lo, hi;
@@ -301,27 +309,40 @@ struct Recorder<true, kRing> {
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
   }
 
-  // The full halves, the partial one, then the header (end times, count, magic): a region whose
-  // header never arrives is one whose warp never finished. The warp then waits only for the copies
-  // to have read shared memory, which must outlive them; their writes complete with the grid,
-  // before the host reads the buffer (waiting for them to land cost the profiled 64x64/c2 tile
-  // 0.2-0.4 us a launch at 512x1024x8192; bench/NOTES.md).
+  // The records not yet copied, then the header (end times, count, magic), stored by lane 0 with
+  // plain global stores: a region whose header never arrives is one whose warp never finished.
+  // The lane then waits only for the copies poll() issued earlier to have read shared memory, which
+  // must outlive them; all the writes complete with the grid, before the host reads the buffer.
+  // Bulk copies here too (the rest, then the header) went through the TMA engine that takes the
+  // kernel's last stores of C; plain stores were 0.1 us faster a launch on the H100 where the
+  // profiled kernel is short (bench/NOTES.md).
   __device__ __forceinline__ void finish() {
-    poll();
     if (smem_ == 0 || !leader()) return;
     const uint32_t flushed = lds(smem_ + kFlushedAt);
-    if (count_ != flushed) copy(flushed, count_ - flushed);
+#ifdef GEMMTRACE_DEBUG
+    if (count_ - flushed > kRing) __trap();  // records were overwritten before being copied: poll more often
+#endif
+    const uint32_t capacity = lds(smem_ + kCapacityAt);
+    uint32_t* const dst = reinterpret_cast<uint32_t*>(region());
+    const uint32_t last = min(count_, capacity);
+    // At most kRing records, four at a time: their shared loads issued together, then their stores.
+#pragma unroll 1
+    for (uint32_t first = flushed; first < last; first += 4) {
+      uint4 r[4];
+#pragma unroll
+      for (uint32_t j = 0; j < 4; ++j)
+        if (first + j < last) r[j] = lds4(smem_ + (kHeaderWords + ((first + j) % kRing) * kRecordWords) * 4);
+#pragma unroll
+      for (uint32_t j = 0; j < 4; ++j)
+        if (first + j < last) stg4(dst + kHeaderWords + (first + j) * kRecordWords, r[j]);
+    }
     const uint64_t clk = clock_cycles(), ns = globaltimer_ns();
-    const uint64_t dst = region();
-    asm volatile("st.shared.u32 [%0], %1;" ::"r"(smem_ + 8), "r"(kMagic) : "memory");
-    asm volatile("st.shared.u32 [%0], %1;" ::"r"(smem_ + kFlushedAt), "r"(count_) : "memory");
-    asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(smem_ + 40), "r"(uint32_t(clk)), "r"(uint32_t(clk >> 32)) : "memory");
-    asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(smem_ + 48), "r"(uint32_t(ns)), "r"(uint32_t(ns >> 32)) : "memory");
-    asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(smem_ + kRegionAt), "r"(0u), "r"(0u) : "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(smem_),
-                 "r"(kHeaderWords * 4) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    uint4 h0 = lds4(smem_), h1 = lds4(smem_ + 16), h2 = lds4(smem_ + 32);
+    h0.z = kMagic, h1.z = count_, h2.z = uint32_t(clk), h2.w = uint32_t(clk >> 32);
+    stg4(dst, h0);
+    stg4(dst + 4, h1);
+    stg4(dst + 8, h2);
+    stg4(dst + 12, make_uint4(uint32_t(ns), uint32_t(ns >> 32), 0u, 0u));
     asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
   }
 };
