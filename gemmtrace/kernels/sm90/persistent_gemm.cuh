@@ -365,9 +365,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       // then retire k-block kb - 1 and release that stage. `first_kb`: kb is the unit's first k-block
       // (a constant at every call). The tiles with few accumulators take it from there, so that
       // their profiled steady loop carries no test and clock read for the MMA span's start: 0.17-0.21
-      // us off the profiled 64x64 tiles at 64x8192x4096 and 512x1024x8192 on the H100, with the
-      // recorder's finish below. The others test kb == kb0: told the same, the profiled 128x256 and
-      // 256x128 stream-K builds spilled (bench/NOTES.md).
+      // us off the profiled 64x64 tiles at 64x8192x4096 and 512x1024x8192 on the H100, together with
+      // the recorder's finish() (profiler.cuh). The others test kb == kb0: told the same, the profiled
+      // 128x256 and 256x128 stream-K builds spilled (bench/NOTES.md).
       auto kblock = [&](int kb, bool first_kb, auto&& under_mma) {
         const bool is_first = T::kFewAccumulators ? first_kb : kb == kb0;
         const int s = stage;
