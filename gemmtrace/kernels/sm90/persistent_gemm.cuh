@@ -33,6 +33,13 @@
 //     unit's share went to the workspace), true when this consumer stores the tile (`acc` then
 //     holds the whole sum)
 // The others take every tile whole: the code below is then what it was without these hooks.
+// A scheduler that claims tiles at run time (v8's dynamic one) may also declare
+// `static constexpr int kClaimLead = L;` and provide
+//   __device__ void claim_early(uint32_t rank);     the producer lane, once it has issued the loads of
+//                                                    a tile's L-th k-block from the end: claim the next
+//                                                    tile now, so that the claim's round trip to L2
+//                                                    overlaps the tile's last loads; next_tile then
+//                                                    returns that claim
 #pragma once
 #include <cuda_bf16.h>
 
@@ -134,6 +141,11 @@ template <class S, class = void>
 struct SplitsK : std::false_type {};
 template <class S>
 struct SplitsK<S, std::void_t<decltype(S::kSplitsK)>> : std::bool_constant<S::kSplitsK> {};
+// A scheduler's kClaimLead (see claim_early above), or 0: no early claim.
+template <class S, class = void>
+struct ClaimLead : std::integral_constant<int, 0> {};
+template <class S>
+struct ClaimLead<S, std::void_t<decltype(S::kClaimLead)>> : std::integral_constant<int, S::kClaimLead> {};
 
 // The static schedule of v6 and v7: cluster c of G visits entries c, c + G, c + 2G, ... of a tile
 // order, row order when there is none (v6) or the table the host built (v7, gemmtrace/tile_order.py).
@@ -176,6 +188,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const __grid_constant__ CUtensorMap tmap_c, const typename TileScheduler::Params sched_params,
                     int grid_m_groups, int grid_n, int num_kb, ProfileBuffer prof) {
   constexpr bool kSplitsK = SplitsK<TileScheduler>::value;
+  constexpr int kClaimLead = ClaimLead<TileScheduler>::value;
   constexpr int BM = T::BM, BN = T::BN, kCluster = T::kCluster, kStages = T::kStages, WN = T::WN;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t stage0 = (smem_addr(smem_raw) + 1023) & ~1023u;  // swizzle atoms need 1024-byte alignment
@@ -275,6 +288,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             else
               tma_load_2d(smem_b(s), &tmap_b, full(s), kb * BK, n_block * BN);
           }
+          if constexpr (kClaimLead > 0)
+            if (kb == kb1 - kClaimLead) sched.claim_early(rank);
         }
         t = rec.record(Tag::TMA_ISSUE, t, tile, kb0);
         rec.poll();
