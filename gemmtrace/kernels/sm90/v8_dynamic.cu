@@ -25,8 +25,8 @@
 // --sched static runs v7's kernel (the same scheduler and instantiation), so the two differ in one
 // thing only: the scheduler below (the kernel body is persistent_gemm.cuh). Both were once one
 // kernel, switched at run time; the static path's speed then moved with every change to the dynamic
-// one's code (0.5-0.8 % slower at 4096^3 and 6144x6144x1096 with the first tiles unclaimed, by code
-// layout alone; bench/NOTES.md).
+// one's code (0.3-0.7 points of cuBLAS lost at 4096^3 and 6144x6144x1096 when the first tiles went
+// unclaimed, its own logic unchanged; bench/NOTES.md).
 //
 // Shapes: any M, N >= 1 with N a multiple of 8 and K a multiple of 8.
 #include "persistent_gemm.cuh"
