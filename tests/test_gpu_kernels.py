@@ -129,8 +129,10 @@ def test_dynamic_counter_resets_itself():
     assert r.rel_error_plain < 1e-2 and r.kernel_ms > 0
 
 
-# More cluster tiles than clusters (claims granted and refused), as many (every claim refused), one.
-@pytest.mark.parametrize("shape", [(4096, 4096, 512), (4160, 1496, 520), (2048, 2048, 512), (256, 256, 1024)])
+# More cluster tiles than clusters (claims granted and refused), as many (every claim refused), one;
+# tiles of fewer k-blocks than the claim's lead (asked for at their first k-block: 2 and 5 k-blocks).
+@pytest.mark.parametrize("shape", [(4096, 4096, 512), (4160, 1496, 520), (2048, 2048, 512), (256, 256, 1024),
+                                   (4096, 4096, 128), (4096, 2048, 320)])
 def test_dynamic_counter_is_zero_after_each_launch(libs, shape):
     """The cluster that draws the last claim zeroes the counter: after every launch it reads 0, and
     a launch that found it dirty would compute nothing (its first claim refused) and leave C as NaN."""

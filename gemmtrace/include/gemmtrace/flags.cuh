@@ -43,6 +43,17 @@ __device__ __forceinline__ void flag_add_release(int32_t* flag, int32_t value) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(flag), "r"(value) : "memory");
 }
 
+// Take a number from a counter that hands out 0, 1, ..., last and then starts again at 0 (atom.inc:
+// the take that draws `last` leaves the counter at zero for the next launch), at gpu scope with no
+// ordering. Returns the number taken; the thread runs on until something reads it. (ptxas aggregates
+// an atomicAdd, or an atom.add, at a warp-uniform address across the warp, and the shuffle that
+// hands out the aggregated result waits for it at once; it leaves atom.inc alone.)
+__device__ __forceinline__ int32_t counter_take(int32_t* counter, int32_t last) {
+  int32_t taken;
+  asm volatile("atom.relaxed.gpu.global.inc.u32 %0, [%1], %2;" : "=r"(taken) : "l"(counter), "r"(last) : "memory");
+  return taken;
+}
+
 // A store nobody synchronizes on (resetting a flag that only this thread reads again).
 __device__ __forceinline__ void flag_store_relaxed(int32_t* flag, int32_t value) {
   asm volatile("st.relaxed.gpu.global.s32 [%0], %1;" ::"l"(flag), "r"(value) : "memory");

@@ -34,12 +34,15 @@
 //     holds the whole sum)
 // The others take every tile whole: the code below is then what it was without these hooks.
 // A scheduler that claims tiles at run time (v8's dynamic one) may also declare
-// `static constexpr int kClaimLead = L;` and provide
-//   __device__ void claim_early(uint32_t rank);     the producer lane, once it has issued the loads of
-//                                                    a tile's L-th k-block from the end: claim the next
-//                                                    tile now, so that the claim's round trip to L2
-//                                                    overlaps the tile's last loads; next_tile then
-//                                                    returns that claim
+// `static constexpr int kClaimLead = L;` (L > 0) and provide
+//   __device__ void request(uint32_t rank);         the producer lane, once it has issued the loads of
+//                                                    a tile's L-th k-block from the end (a shorter
+//                                                    unit's first): ask for the next tile, so that the
+//                                                    claim's round trips overlap the tile's last loads
+//   __device__ void serve(uint32_t rank);           lane 0 of the producer warpgroup's second warp,
+//                                                    otherwise idle: make the claims asked for, until
+//                                                    one is refused; it waits for the round trips, so
+//                                                    that the producer lane never does
 #pragma once
 #include <cuda_bf16.h>
 
@@ -115,8 +118,9 @@ template <class T, class TileScheduler>
 constexpr int smem_bytes() { return T::kPipelineBytes + (TileScheduler::kSmemBytes + 15) / 16 * 16 + kRecorderBytes; }
 // What a bounded wait reports as its barrier (debug.cuh); kPartialFlag: a global flag (v9).
 // kExchangeFull/kExchangeFree: a k-split tile's pieces received, and read by the peers (stream_k.cuh).
+// kClaimedBarrier, kReadBarrier, kRequestBarrier: v8's claim ring and its claim thread's requests.
 enum BarrierId : uint32_t {
-  kFullBarrier = 0, kEmptyBarrier = 1, kClaimedBarrier = 2, kReadBarrier = 3, kPartialFlag = 5,
+  kFullBarrier = 0, kEmptyBarrier = 1, kClaimedBarrier = 2, kReadBarrier = 3, kRequestBarrier = 4, kPartialFlag = 5,
   kExchangeFull = 6, kExchangeFree = 7
 };
 
@@ -141,7 +145,7 @@ template <class S, class = void>
 struct SplitsK : std::false_type {};
 template <class S>
 struct SplitsK<S, std::void_t<decltype(S::kSplitsK)>> : std::bool_constant<S::kSplitsK> {};
-// A scheduler's kClaimLead (see claim_early above), or 0: no early claim.
+// A scheduler's kClaimLead (see request above), or 0: no claims asked for ahead.
 template <class S, class = void>
 struct ClaimLead : std::integral_constant<int, 0> {};
 template <class S>
@@ -289,7 +293,7 @@ __global__ void __launch_bounds__(kThreads, 1)
               tma_load_2d(smem_b(s), &tmap_b, full(s), kb * BK, n_block * BN);
           }
           if constexpr (kClaimLead > 0)
-            if (kb == kb1 - kClaimLead) sched.claim_early(rank);
+            if (kb == kb1 - kClaimLead || (kb == kb0 && kb1 - kb0 < kClaimLead)) sched.request(rank);
         }
         t = rec.record(Tag::TMA_ISSUE, t, tile, kb0);
         rec.poll();
@@ -309,6 +313,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       sched.on_exit(rank);
     }
+    if constexpr (kClaimLead > 0)
+      if (warp == 1 && lane == 0) sched.serve(rank);
   } else if (wg - 1 >= T::kParts) {  // ---------------- an idle consumer (64x64 tiles) ----------------
     setmaxnreg_dec<40>();
   } else {  // ---------------- consumers ----------------
