@@ -18,7 +18,7 @@
 //   static constexpr int kSmemBytes;                 shared memory of its own (after the barriers)
 //   __device__ TileScheduler(const Params&, int units, int grid_n, int cluster, int clusters, uint32_t smem);
 //   __device__ void init_barriers();                 thread 0, before the cluster barrier
-//   __device__ bool next_tile(bool producer, bool frees, uint32_t rank, Sync group_sync, int& m, int& n);
+//   __device__ bool next_tile(bool frees, uint32_t rank, Sync group_sync, int& m, int& n);
 //   __device__ bool claims() const;                  the producer records a sched_claim span per tile
 //   __device__ int index() const;                    position of the current tile in the tile order
 //   __device__ void on_exit(uint32_t rank);          the producer lane, leaving: waits for what peers
@@ -173,7 +173,7 @@ struct StaticScheduler {
       : order(p.order), units(units_), grid_n(grid_n_), clusters(clusters_), next(cluster) {}
   __device__ void init_barriers() {}
   template <typename GroupSync>
-  __device__ bool next_tile(bool, bool, uint32_t rank, GroupSync, int& m_block, int& n_block) {
+  __device__ bool next_tile(bool, uint32_t rank, GroupSync, int& m_block, int& n_block) {
     if (next >= units) return false;
     const int u = kOrdered && order != nullptr ? __ldg(order + next) : next;
     m_block = (u / grid_n) * T::kCluster + int(rank);
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // not known (bench/NOTES.md).
       const int stage_offset = T::kFewAccumulators ? per_thread_zero() : 0;
       while (true) {
-        const bool more = sched.next_tile(true, true, rank, [] {}, m_block, n_block);
+        const bool more = sched.next_tile(true, rank, [] {}, m_block, n_block);
         const uint32_t tile = more ? uint32_t(m_block) * grid_n + n_block : kNoTile;
         // The claim span carries the tile (none for the final, empty claim) and, as its k-block,
         // the claim's position in the tile order, so the trace holds the exact claim sequence.
@@ -372,7 +372,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // without it (bench/NOTES.md).
     auto after_tile = [&] { stage = warp_uniform(stage), phase = warp_uniform(phase); };
     auto wg_sync = [cw] { named_barrier_sync(1 + cw, 128); };
-    for (; sched.next_tile(false, issuer, rank, wg_sync, m_block, n_block); after_tile()) {
+    for (; sched.next_tile(issuer, rank, wg_sync, m_block, n_block); after_tile()) {
       const uint32_t tile = uint32_t(m_block) * grid_n + n_block;
       int kb0 = 0, kb1 = num_kb;  // the k-blocks of this tile to compute: all, unless the scheduler splits K
       if constexpr (kSplitsK) sched.k_range(kb0, kb1);

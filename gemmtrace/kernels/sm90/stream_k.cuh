@@ -403,7 +403,7 @@ struct Scheduler {
       for (int cw = 0; cw < T::kParts; ++cw) mbarrier_init(xfull(cw), 1), mbarrier_init(xfree(cw), kPeers);
   }
   template <typename GroupSync>
-  __device__ bool next_tile(bool, bool, uint32_t rank, GroupSync, int& m_block, int& n_block) {
+  __device__ bool next_tile(bool, uint32_t rank, GroupSync, int& m_block, int& n_block) {
     if (!p.part.next<kParallelFixup>(int(cluster_index()), unit)) return false;
     coords(rank, m_block, n_block);
     return true;

@@ -93,6 +93,9 @@ struct DynamicScheduler {
   __device__ uint32_t slot(int j) const { return ring + kClaimSlots * 16 + j * 8; }
   __device__ uint32_t request_bar() const { return ring + kClaimSlots * 24; }
   __device__ int entry(int i) const { return p.order != nullptr ? __ldg(p.order + i) : i; }
+  // The parity read_bar(n % kClaimSlots) completes once every reader has freed claim n - kClaimSlots,
+  // what claim n waits for before it takes the slot.
+  static __device__ uint32_t freed_parity(int n) { return ((n / kClaimSlots) & 1) ^ 1; }
 
   __device__ void init_barriers() {
     for (int j = 0; j < kClaimSlots; ++j) {
@@ -121,7 +124,7 @@ struct DynamicScheduler {
       const int u = i >= 0 ? entry(i) : 0;
       const int j = taken % kClaimSlots;
       // Wait until every reader has read what this slot held kClaimSlots claims ago.
-      mbarrier_wait(read_bar(j), ((taken / kClaimSlots) & 1) ^ 1,
+      mbarrier_wait(read_bar(j), freed_parity(taken),
                     WaitSite{uint32_t(Role::SCHEDULER), persistent::kReadBarrier, kNoTile, uint32_t(taken)});
       auto* local = reinterpret_cast<volatile int32_t*>(__cvta_shared_to_generic(slot(j)));
       local[0] = i, local[1] = u;
@@ -136,7 +139,7 @@ struct DynamicScheduler {
     // memory outlives them (the final claim is never freed). Unbounded: a reader that never frees is
     // stuck in a bounded wait that reports.
     for (int c = taken - kClaimSlots; c < taken - 1; ++c)
-      if (c >= 0) mbarrier_wait_unbounded(read_bar(c % kClaimSlots), (((c + kClaimSlots) / kClaimSlots) & 1) ^ 1);
+      if (c >= 0) mbarrier_wait_unbounded(read_bar(c % kClaimSlots), freed_parity(c + kClaimSlots));
   }
 
   // Everyone else: take the next claim and its entry from the ring. `frees`: this thread arrives for
@@ -160,8 +163,7 @@ struct DynamicScheduler {
   }
 
   template <typename GroupSync>
-  __device__ bool next_tile(bool producer, bool frees, uint32_t rank, GroupSync group_sync, int& m_block,
-                            int& n_block) {
+  __device__ bool next_tile(bool frees, uint32_t rank, GroupSync group_sync, int& m_block, int& n_block) {
     int u;
     if (first >= 0) {  // the cluster's own entry (clusters <= units: the grid is never larger)
       index_ = first;
