@@ -123,6 +123,19 @@ def test_no_records_dropped_at_16384(sched):
     assert r.dropped == 0 and r.rel_error_plain < 1e-2
 
 
+@pytest.mark.parametrize("shape,kernel", [((3485, 2160, 1248), "v8"), ((256, 256, 16384), "v10")], ids=["v8-dynamic", "v10-stream-k"])
+def test_best_runs_what_it_chose_correctly(shape, kernel):
+    from gemmtrace.choose import best_options
+
+    opts, choice = best_options(shape, time=False)
+    assert choice.kernel == kernel
+    assert (opts.kernel, opts.schedulers, opts.variant) == (choice.kernel, (choice.scheduler,), choice.variant)
+    r = run_kernel(opts)[0]
+    assert r.scheduler == choice.scheduler
+    assert r.rel_error_plain is not None and r.rel_error_plain < 1e-2
+    assert r.rel_error_profiled is not None and r.rel_error_profiled < 1e-2
+
+
 def test_dynamic_counter_resets_itself():
     """Back-to-back dynamic launches (timing runs many) stay correct: the counter resets in-kernel."""
     r = run_kernel(RunOptions("v8", (2048, 2048, 512), schedulers=("dynamic",), iters=20, warmup=2))[0]

@@ -162,8 +162,11 @@ def test_best_says_what_it_chose_and_why(v10):
     assert c.tile in c.reason and c.reason.endswith(".")
     big = choose((8192, 8192, 8192), lib=v10)
     assert big.tile == "128x256/c2" and big.split and "last tiles" in big.reason  # the tail split
-    assert not choose((4096, 4096, 4096), lib=v10).split
-    assert big.kernel == "v10" and big.order == "snake" and big.label().startswith("v10")
+    assert big.kernel == "v10" and big.scheduler == "static" and big.order == "snake" and big.label().startswith("v10")
+    # 128x256/c2 whole: v8's tile and kernel body, run with its dynamic scheduler
+    whole = choose((4096, 4096, 4096), lib=v10)
+    assert not whole.split and whole.tile == "128x256/c2" and (whole.kernel, whole.scheduler, whole.variant) == ("v8", "dynamic", 0)
+    assert "dynamic scheduling" in whole.label() and "dynamic scheduler" in whole.reason
     with pytest.raises(GemmtraceError, match="multiple of 8"):
         choose((256, 256, 100), lib=v10)
 
