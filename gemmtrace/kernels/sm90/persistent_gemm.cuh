@@ -321,6 +321,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     setmaxnreg_inc<232>();
     TileScheduler sched = make_scheduler();
     const int cw = wg - 1;  // this consumer's part of the tile
+    // The stages' base, said warp-uniform where tiles are claimed (see next_tile below): otherwise
+    // the profiled dynamic k-loop kept it, the stage counter and the warpgroup index in ordinary
+    // registers and moved two of them with R2UR every k-block; with it, one (the static kernel's
+    // form), and its profiled build 0.5 % faster at 6144x6144x1096 on the H100 (bench/NOTES.md).
+    // The consumers' smem_a and smem_b shadow the kernel's, with that base.
+    const uint32_t base = kClaimLead > 0 ? warp_uniform(stage0) : stage0;
+    auto smem_a = [&](int s) { return base + s * T::kStageBytes; };
+    auto smem_b = [&](int s) { return base + s * T::kStageBytes + T::kTileBytesA; };
     const bool issuer = (tid % 128) == 0;
     const uint32_t buf = epi0 + cw * 2 * kPanelBytes;
     float acc[T::kRowGroups][WN / 2];
