@@ -21,9 +21,9 @@ RULE = (
     "Nothing here names a shape."
 )
 FAMILY_KERNEL = "v10"
-# v8's tile, and its kernel body (persistent_gemm.cuh) is v10's: where the rule keeps this tile whole, v8
-# runs it with its dynamic scheduler.
-DYNAMIC_KERNEL, DYNAMIC_TILE = "v8", "128x256/c2"
+# Its tile is v10's first and its kernel body (persistent_gemm.cuh) v10's: where the rule keeps that tile
+# whole, this kernel runs it with its dynamic scheduler.
+DYNAMIC_KERNEL = "v8"
 # Snake (8-row bands walked column by column, v7): the grid's concurrent tiles share A and B panels
 # in L2 on large grids, and it is row order on grids of a band or less.
 ORDER = "snake"
@@ -68,9 +68,10 @@ def choose(shape: tuple[int, int, int], num_sms: int = 132, lib: KernelLibrary |
             f"{names[min(range(1, len(costs)), key=costs.__getitem__)]} at {min(costs[1:]):.0f})")
     else:
         why = f"the rule picks {names[i]} (cost {costs[i]:.0f} k-block times against {costs[0]:.0f} for {first})"
-    if names[i] == DYNAMIC_TILE and not split:
+    dynamic = registry.get(DYNAMIC_KERNEL)
+    if names[i] == tile_name(dynamic.tile[0], dynamic.tile[1], dynamic.cluster) and not split:
         return Choice(DYNAMIC_KERNEL, "dynamic", 0, ORDER, names[i], False,
-                      f"{why}, whole tiles, which v8 runs with its dynamic scheduler.")
+                      f"{why}, whole tiles, which {DYNAMIC_KERNEL} runs with its dynamic scheduler.")
     return Choice(FAMILY_KERNEL, "static", plan.variant, ORDER, names[i], split,
                   f"{why}" + (", stream-K splits the last tiles' k-loops." if split else ", whole tiles."))
 
