@@ -304,6 +304,28 @@ def test_trust_warnings(cause, edit):
     assert e.healthy and "trust warning" in e.headline
 
 
+def test_validation_mismatch_on_a_short_launch_names_the_launch_edges():
+    """ncu's duration holds a launch's fixed cost outside any span: on a 16 µs launch that is a quarter of
+    it (measured on the H100 at 256x256x16384), on a long one the same share means the spans miss work."""
+    run = synthetic_run(tiles=64, **BASE)
+    tol = {"duration": 0.05, "busy_points": 6.0}
+
+    def mismatch(trace_ns, ncu_ns, busy_points):
+        run.meta["validation"] = {"ok": False, "duration_diff": trace_ns / ncu_ns - 1, "busy_diff_points": busy_points,
+                                  "trace_duration_ns": trace_ns, "ncu_duration_ns": ncu_ns, "tolerance": tol}
+        [f] = [f for f in find(run) if f.cause == "validation_mismatch"]
+        return f
+
+    f = mismatch(12172, 16480, 37.4)
+    assert f.details["launch_edges"] and "launch is short" in f.why and "4.3 µs longer" in f.why and "26 %" in f.why
+    assert "wgmma" in f.why and "longer shape" in f.remedy
+    f = mismatch(12172, 16480, 2.0)  # busy within its tolerance: nothing said about MMA spans
+    assert f.details["launch_edges"] and "wgmma" not in f.why
+    for trace_ns, ncu_ns in ((120_000, 162_000), (17_000, 16_000)):  # spans missing work; D longer than ncu's
+        f = mismatch(trace_ns, ncu_ns, 2.0)
+        assert not f.details["launch_edges"] and "do not cover" in f.why and "re-run" in f.remedy
+
+
 def test_trust_thresholds_hold():
     run = synthetic_run(tiles=64, **BASE)
     run.meta["timings"]["profiler_overhead"] = 0.015
