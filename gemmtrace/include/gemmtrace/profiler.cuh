@@ -81,6 +81,11 @@ __device__ __forceinline__ uint32_t smid() {
   return id;
 }
 
+// One 16-byte global store (a header's quarter or a record), by the lane that calls it.
+__device__ __forceinline__ void st_global_v4(uint32_t* p, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
+}
+
 // kRing = 0: the direct recorder (each record one global store). kRing > 0: the staged recorder
 // (records gathered in a ring of kRing records in shared memory, kSmemBytes per recording warp, and
 // written out by bulk copies). Both write the same buffer layout.
@@ -124,15 +129,9 @@ struct Recorder<true, 0> {
     base_clk_ = uint32_t(clk);
     if (leader) {  // the magic word stays 0 until finish(): an unfinished region is never decoded
       uint32_t* h = region_;
-      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(h), "r"(uint32_t(ns)), "r"(uint32_t(ns >> 32)),
-                   "r"(0u), "r"(smid())
-                   : "memory");
-      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(h + 4), "r"(cta),
-                   "r"((threadIdx.x / 32) | (uint32_t(role) << 16)), "r"(0u), "r"(buf.capacity)
-                   : "memory");
-      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(h + 8), "r"(uint32_t(clk)), "r"(uint32_t(clk >> 32)),
-                   "r"(0u), "r"(0u)
-                   : "memory");
+      st_global_v4(h, uint32_t(ns), uint32_t(ns >> 32), 0u, smid());
+      st_global_v4(h + 4, cta, (threadIdx.x / 32) | (uint32_t(role) << 16), 0u, buf.capacity);
+      st_global_v4(h + 8, uint32_t(clk), uint32_t(clk >> 32), 0u, 0u);
     }
   }
 
@@ -226,9 +225,7 @@ struct Recorder<true, kRing> {
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
     return v;
   }
-  static __device__ __forceinline__ void stg4(uint32_t* p, uint4 v) {
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-  }
+  static __device__ __forceinline__ void stg4(uint32_t* p, uint4 v) { st_global_v4(p, v.x, v.y, v.z, v.w); }
   __device__ __forceinline__ uint64_t region() const {
     uint32_t lo, hi;
     asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "r"(smem_ + kRegionAt) : "memory");
