@@ -91,6 +91,19 @@ def test_64x64_tiles_where_they_make_one_wave_of_whole_tiles(v10):
         assert v10.plan(v10.args(*shape, num_sms=132)).variant - 1 not in small
 
 
+def test_gpu_tests_reach_the_one_trip_reduce(v10):
+    """tests/test_gpu_kernels.py's V10_RULE_SHAPES exist to run the parallel fix-up's one-round-trip
+    sum (stream_k.cuh, in_one_trip: 64x64 tiles with 8 and 4 segments a tile): they still do."""
+    from test_gpu_kernels import V10_RULE_SHAPES
+
+    segments = []
+    for shape in V10_RULE_SHAPES:
+        p = v10.plan(v10.args(*shape, num_sms=132))
+        assert (p.tile_m, p.tile_n) == (64, 64), shape
+        segments.append(for_v10(*shape, p.tile_m, p.tile_n, p.cluster, sms=132, order="snake").partition.parallel)
+    assert segments == [8, 4]
+
+
 def test_64x128_pairs_only_where_measured(v10):
     """Tile 11 (64x128/c2) is weighed only with M above 64 and K from 2048 to 8192 (docs/kernels.md);
     there it wins where 64-row tiles fill a wave with little or no split: at 512x2048x4096 (21.3

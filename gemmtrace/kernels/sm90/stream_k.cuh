@@ -662,12 +662,15 @@ struct Scheduler {
   // No deadlock and no chain: a cluster waits only after publishing the one partial it will ever
   // publish, so every wait ends once all clusters have run their k-blocks (all are resident).
   //
-  // Two ways to sum a slice, by what bounds it: the L2 round trips of a thread's loads.
+  // Three ways to sum a slice, by what bounds it: the L2 round trips of a thread's loads.
   // - With few segments (keeps_own_slice), slice q is cut along the slot's thread-major order, so
   //   each thread sums float4s it holds itself (reduce_own_slice): it keeps them in its registers
   //   (its partial is published less that slice: 1 / S fewer bytes through L2), adds the other
   //   segments' one partial at a time, its share of the slice loaded at once (in chunks of up to 8
   //   float4s), S - 1 round trips a chunk.
+  // - Where S divides the float4s a thread holds and the other segments' values of its share fit in
+  //   7 float4s (in_one_trip: 2, 4 and 8 segments on the tiles with 32 accumulators a thread), the
+  //   same, all of them loaded at once: one round trip (sum_shares).
   // - With more, that share is a float4 or none and S - 1 round trips are too many: the slice is cut
   //   in float2s over every thread, each loading up to 12 partials at once (reduce_slice).
   template <class Rec, class Sync>
@@ -675,7 +678,7 @@ struct Scheduler {
                                  Sync wg_sync, uint32_t& t) {
     const int worker = int(cluster_index());
     const int segments = p.part.parallel, seg = worker - unit.entry * segments;
-    const bool own = keeps_own_slice(segments);
+    const bool own = keeps_own_slice(segments) || (kAnyInOneTrip && in_one_trip(segments));
     constexpr int kFloat4s = kSlotFloat4s * 128;
     const int lo = own ? seg * kFloat4s / segments : 0, hi = own ? (seg + 1) * kFloat4s / segments : 0;
     const AccF4 f4{acc};
@@ -686,6 +689,22 @@ struct Scheduler {
   }
 
   __device__ static bool keeps_own_slice(int segments) { return stream_k::keeps_own_slice(segments, kSlotFloat4s); }
+  // Where the segments divide a thread's float4s, segment q's own slice is the same kShare = F / S
+  // float4s of every thread, and where the other segments' values of them fit in kOneTripFloat4s
+  // registers' worth, a thread loads them all at once: one round trip (sum_shares). On the tiles
+  // with 32 accumulators a thread (F = 8) that is 2, 4 and 8 segments; 8 took a round trip per
+  // float2 of the slice (reduce_slice), 4 one per segment. With more in flight ptxas interleaves the
+  // adds with the loads (seen with 14 float2s at once, and slower).
+  static constexpr int kOneTripFloat4s = 7;
+  __host__ __device__ static constexpr bool fits_one_trip(int share) {
+    return share <= kSlotFloat4s && kSlotFloat4s % share == 0 && kSlotFloat4s / share > 1 &&
+           (kSlotFloat4s / share - 1) * share <= kOneTripFloat4s;
+  }
+  static constexpr bool kAnyInOneTrip = fits_one_trip(1) || fits_one_trip(2) || fits_one_trip(4);
+  __device__ static bool in_one_trip(int segments) {
+    return (segments == kSlotFloat4s && fits_one_trip(1)) || (2 * segments == kSlotFloat4s && fits_one_trip(2)) ||
+           (4 * segments == kSlotFloat4s && fits_one_trip(4));
+  }
 
   // Tile `entry`'s counts (rank, consumer warpgroup): segments published, and segments done reading.
   __device__ int32_t* published(int entry, uint32_t rank, int cw) const { return p.flags + part_slot<T>(entry, rank, cw); }
@@ -730,6 +749,17 @@ struct Scheduler {
     const float4* first_slot = p.slots + size_t(slot_index(entry * segments, rank, cw)) * (kSlotFloats / 4) + tid;
     constexpr size_t kStride = size_t(kClusterParts<T>) * (kSlotFloats / 4);  // consecutive clusters' slots, in float4s
     const uint64_t dead = partial_load_policy();
+    if constexpr (kAnyInOneTrip) {
+      if (in_one_trip(segments)) {
+        if (segments == kSlotFloat4s) sum_shares<1>(f4, first_slot, kStride, dead, seg, m_block, n_block, cw);
+        else if (segments * 2 == kSlotFloat4s) sum_shares<2>(f4, first_slot, kStride, dead, seg, m_block, n_block, cw);
+        else sum_shares<4>(f4, first_slot, kStride, dead, seg, m_block, n_block, cw);
+        t = rec.record(Tag::REDUCE, t, tile, uint32_t(unit.kb_begin));
+        wg_sync();  // every thread's loads, before thread 0 says this warpgroup is done reading
+        done_with(entry, rank, cw, segments);
+        return;
+      }
+    }
     // The loads of a round trip land in kChunk float4s of registers (more spill the 64x128
     // consumers), so a share spanning two chunks takes two rounds per segment.
     constexpr int kChunk = kSlotFloat4s < 8 ? kSlotFloat4s : 8;
@@ -761,6 +791,33 @@ struct Scheduler {
     t = rec.record(Tag::REDUCE, t, tile, uint32_t(unit.kb_begin));
     wg_sync();  // every thread's loads, before thread 0 says this warpgroup is done reading
     done_with(entry, rank, cw, segments);
+  }
+
+  // The own slice of segment `seg` of kSlotFloat4s / kShare (in_one_trip): this thread's float4s
+  // seg * kShare ... + kShare - 1, the other segments' values loaded at once, added in k order after
+  // its own (as reduce_own_slice adds them), stored to C.
+  template <int kShare>
+  __device__ void sum_shares(AccF4 f4, const float4* first_slot, size_t stride, uint64_t dead, int seg, int m_block,
+                             int n_block, int cw) const {
+    if constexpr (fits_one_trip(kShare)) {
+      constexpr int kOthers = kSlotFloat4s / kShare - 1;
+      float4 v[kOthers][kShare];
+#pragma unroll
+      for (int o = 0; o < kOthers; ++o)
+#pragma unroll
+        for (int j = 0; j < kShare; ++j)
+          v[o][j] = ld_cg_hint(first_slot + (o < seg ? o : o + 1) * stride + (seg * kShare + j) * 128, dead);
+      float4 sum[kShare];
+#pragma unroll
+      for (int i = 0; i < kSlotFloat4s; ++i)  // the accumulators by constant index only (else local memory)
+        if (i / kShare == seg) sum[i % kShare] = make_float4(f4(i)[0], f4(i)[1], f4(i)[2], f4(i)[3]);
+#pragma unroll
+      for (int j = 0; j < kShare; ++j) {
+#pragma unroll
+        for (int o = 0; o < kOthers; ++o) sum[j].x += v[o][j].x, sum[j].y += v[o][j].y, sum[j].z += v[o][j].z, sum[j].w += v[o][j].w;
+        store_to_c(m_block, n_block, cw, seg * kShare + j, sum[j].x, sum[j].y, sum[j].z, sum[j].w);
+      }
+    }
   }
 
   // Segment `seg`'s slice of tile `entry`, cut in float2s: wait for every segment, sum the slice over
