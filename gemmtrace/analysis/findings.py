@@ -471,9 +471,9 @@ class _Rules:
             self.add(Finding(
                 "validation_mismatch", "Trace disagrees with Nsight Compute", TRUST, None, None,
                 what=f"the trace's D is {_pct(d, 2)} off ncu's gpu__time_duration (tolerance "
-                     f"±{_pct(_number(tol.get('duration')), 1)}) and its tensor-core busy "
+                     f"±{_pct(tol_d, 1)}) and its tensor-core busy "
                      f"{'—' if b is None else f'{b:+.1f}'} points off ncu's tensor-pipe busy (tolerance "
-                     f"±{_number(tol.get('busy_points'))} points).",
+                     f"±{tol_b} points).",
                 where=Where("the whole launch"),
                 why=why,
                 remedy=remedy,
