@@ -507,7 +507,7 @@ def main() -> None:
     try:
         app()
     except GemmtraceError as e:
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)  # the message as written: "[report]" is not markup
         sys.exit(1)
 
 

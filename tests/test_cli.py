@@ -93,3 +93,18 @@ def test_best_without_gpu_says_so_before_building():
     out = gt("run", "--kernel", "best", "--shape", "256")
     assert_one_sentence_error(out, "GPU")
     assert "best at" not in out.stdout
+
+
+def test_error_sentences_print_brackets_as_written(monkeypatch, capsys):
+    """An error naming an extra (`pip install 'gemmtrace[report]'`) prints it whole: rich would read
+    "[report]" as markup and drop it."""
+    from gemmtrace import cli
+
+    def fail():
+        raise GemmtraceError("reports need plotly, which is not installed (pip install 'gemmtrace[report]').")
+
+    monkeypatch.setattr(cli, "app", fail)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main()
+    assert exit_info.value.code == 1
+    assert "pip install 'gemmtrace[report]'" in capsys.readouterr().err
