@@ -104,6 +104,7 @@ _ENTRY_RE = re.compile(r"Compiling entry function '([^']+)' for '(sm_\w+)'")
 _STACK_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _REGS_RE = re.compile(r"Used (\d+) registers")
 _SMEM_RE = re.compile(r"(\d+) bytes smem")
+_TILE_RE = re.compile(r"TileILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
 _SERIALIZED_RE = re.compile(r"wgmma\.mma_async instructions are serialized due to (.+?) in the function '([^']+)'")
 
 
@@ -124,9 +125,17 @@ def parse_ptxas(log: str) -> tuple[KernelResources, ...]:
         if m:
             profiled = m.group(1) == "1"
         short = re.search(r"(gemm_\w+?)I", name) or re.search(r"(gemm_\w+)", name)
+        # A tile family's instantiations (persistent::Tile<BM, BN, cluster, stages, k split>) are told
+        # apart by their tile, named as `gemmtrace list` names it.
+        tile = _TILE_RE.search(name)
+        tile_label = ""
+        if tile:
+            bm, bn, cluster, _stages, split_k = map(int, tile.groups())
+            tile_label = f" {bm}x{bn}/k{split_k}" if split_k > 1 else f" {bm}x{bn}/c{cluster}"
         out.append(
             KernelResources(
-                function=(short.group(1) if short else name) + ("" if profiled is None else f"<{'profiled' if profiled else 'plain'}>"),
+                function=(short.group(1) if short else name) + ("" if profiled is None else f"<{'profiled' if profiled else 'plain'}>")
+                + tile_label,
                 profiled=profiled,
                 registers=int(regs.group(1)),
                 smem_bytes=int(smem.group(1)) if smem else 0,

@@ -179,7 +179,7 @@ KERNELS: dict[str, KernelSpec] = {
             source="sm90/v10_tile_family.cu",
             arch="sm90a",
             idea=(
-                "the tile shape chosen per problem from a family compiled once (128x256, 256x128, 128x192, 128x128, 64x256, 64x128, 64x64; "
+                "the tile shape chosen per problem from a family compiled once (192x192, 128x256, 256x128, 128x192, 128x128, 64x256, 64x128, 64x64; "
                 "clusters of one or two along M, or of two splitting K and summing in shared memory), with v9's stream-K where it pays"
             ),
             tile=(128, 256, 64),
@@ -191,7 +191,7 @@ KERNELS: dict[str, KernelSpec] = {
             n_multiple=8,
             kblock_spans=False,
             tiles=("128x256/c2", "256x128/c2", "128x192/c2", "128x128/c2", "128x128/c1", "64x256/c1", "64x128/c1",
-                   "128x128/k2", "64x64/c1", "64x64/c2", "64x128/c2"),
+                   "128x128/k2", "64x64/c1", "64x64/c2", "64x128/c2", "192x192/c2"),
             rule=(
                 "tiles taller than M or wider than N (rounded up to 64) are not weighed, nor 64x128/c2 where M <= 64 or K is outside 2048-8192 "
                 "(where it was measured); for each other tile, partition the work as the stream-K scheduler would (whole tiles for full waves, the "
@@ -205,7 +205,7 @@ KERNELS: dict[str, KernelSpec] = {
                 "and each segment keeps its own slice), count split k-blocks once "
                 "and add the fix-up: 8 k-block times, and 1 more for each 1.3 MB of partials its CTAs write and read "
                 "back (less each segment's own slice where it keeps it); add 3 k-block times a tile for 128x128/k2's exchange; the smallest cost wins, and a tile "
-                "within 2 % of an earlier one in the list loses to it (docs/kernels.md)"
+                "within 2 % of one earlier in the order of preference (192x192/c2 first, then the list) loses to it (docs/kernels.md)"
             ),
         ),
     ]

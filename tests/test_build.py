@@ -29,7 +29,16 @@ def cache(tmp_path_factory):
         os.environ["GEMMTRACE_CACHE"] = old
 
 
+# The one known exception, bounded: v10's profiled 192x192/c2 build. Its consumers hold 144
+# accumulators a thread (three m64n96 row groups) and the previous tile's 72 packed registers, and
+# the recorder's state tips the profiled build over the 232 registers a consumer may have: ptxas
+# keeps the record base and the deferred epilogue's tile coordinates in local memory (L1), outside
+# the steady k-loop's path. Its plain build does not spill (bench/NOTES.md, "v10: 192x192 tiles").
+KNOWN_SPILLS = {("v10", "gemm_persistent<profiled> 192x192/c2"): (232, 32)}  # (spill bytes, stack bytes) at most
+
+
 def test_build_all_cli_compiles_every_kernel_without_spills(cache):
+    seen = set()
     for arch in registry.ARCHS:
         kernels = registry.for_arch(arch)
         out = subprocess.run([sys.executable, "-m", "gemmtrace", "build", "--all", "--arch", arch],
@@ -42,10 +51,13 @@ def test_build_all_cli_compiles_every_kernel_without_spills(cache):
             log = (r.library.parent / "ptxas.log").read_text()
             assert "C7515" not in log, f"ptxas serializes {k.name}'s wgmma pipeline:\n{log}"
             for res in r.resources:
+                seen.add((k.name, res.function))
                 assert not res.wgmma_serialized, f"ptxas serializes {k.name} {res.function}'s wgmma: {res.wgmma_serialized}"
-                assert res.spills == 0, f"{k.name} {res.function} spills {res.spills} bytes"
-                assert res.stack_bytes == 0, f"{k.name} {res.function} uses a {res.stack_bytes}-byte stack frame"
+                spills, stack = KNOWN_SPILLS.get((k.name, res.function), (0, 0))
+                assert res.spills <= spills, f"{k.name} {res.function} spills {res.spills} bytes"
+                assert res.stack_bytes <= stack, f"{k.name} {res.function} uses a {res.stack_bytes}-byte stack frame"
             assert k.name in out.stdout
+    assert set(KNOWN_SPILLS) <= seen, f"an exception names no function: {set(KNOWN_SPILLS) - seen}"
 
 
 def test_profiled_and_plain_instantiations_are_reported(cache):
@@ -122,6 +134,17 @@ def test_ptxas_parser_reads_spills():
     (r,) = parse_ptxas(log)
     assert (r.registers, r.smem_bytes, r.stack_bytes, r.spills, r.profiled) == (168, 1024, 16, 20, True)
     assert r.wgmma_serialized == ""
+
+
+def test_ptxas_parser_names_a_family_tile():
+    """A tile family's instantiations are told apart by their tile (v10 has 24 gemm_persistent entries)."""
+    name = ("_ZN10persistent15gemm_persistentILb1ENS_4TileILi192ELi192ELi2ELi4ELi1EEEN8stream_k9SchedulerIS2_Li10ELb0ELb1EEEEEv"
+            "14CUtensorMap_stS6_S6_NT1_6ParamsEiiiN9gemmtrace13ProfileBufferE")
+    k2 = name.replace("ILb1ENS_4TileILi192ELi192ELi2ELi4ELi1EE", "ILb0ENS_4TileILi128ELi128ELi1ELi5ELi2EE")
+    log = "".join(f"ptxas info    : Compiling entry function '{n}' for 'sm_90a'\n"
+                  "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+                  "ptxas info    : Used 168 registers, used 16 barriers\n" for n in (name, k2))
+    assert [r.function for r in parse_ptxas(log)] == ["gemm_persistent<profiled> 192x192/c2", "gemm_persistent<plain> 128x128/k2"]
 
 
 def test_ptxas_parser_names_serialized_wgmma(tmp_path, monkeypatch):

@@ -79,7 +79,7 @@ def test_best_picks_its_own_scheduler_order_and_tile():
 
 
 def test_a_tile_the_family_lacks_is_refused():
-    assert_one_sentence_error(gt("run", "--kernel", "v10", "--tile", "12", "--shape", "256"), "kernel v10 has no tile 12")
+    assert_one_sentence_error(gt("run", "--kernel", "v10", "--tile", "13", "--shape", "256"), "kernel v10 has no tile 13")
     assert_one_sentence_error(gt("run", "--kernel", "v8", "--tile", "2", "--shape", "256"), "it has one tile")
 
 

@@ -37,8 +37,8 @@ def test_a_forced_tile_is_the_one_planned(v10, variant):
 
 
 def test_bad_variant_is_one_sentence(v10):
-    with pytest.raises(GemmtraceError, match="v10 has tiles 1 to 11"):
-        v10.plan(v10.args(256, 256, 256, variant=12))
+    with pytest.raises(GemmtraceError, match="v10 has tiles 1 to 12"):
+        v10.plan(v10.args(256, 256, 256, variant=13))
 
 
 def _choice(v10, m, n, k, sms=132):
@@ -58,12 +58,17 @@ def test_rule_follows_the_shape_not_a_list(v10):
     # Few tiles: a smaller tile and stream-K, never the 128x256 tile alone on a few SMs.
     name, p = _choice(v10, 256, 256, 16384)
     assert name != "128x256/c2" and p.workspace_bytes > 0
-    # The rule is the argmin of the costs it reports (within its 2 % preference for earlier tiles).
-    for shape in [(256, 256, 16384), (8192, 128, 8192), (3000, 5000, 704), (777, 9000, 12000)]:
+    # The rule is the argmin of the costs it reports (within its 2 % preference for tiles earlier in its
+    # order: 192x192/c2, then the family's list).
+    tiles = registry.get("v10").tiles
+    preference = [tiles.index("192x192/c2")] + [i for i in range(len(tiles)) if tiles[i] != "192x192/c2"]
+    for shape in [(256, 256, 16384), (8192, 128, 8192), (3000, 5000, 704), (777, 9000, 12000), (3072, 3072, 3072),
+                  (4160, 4160, 4160)]:
         costs = [c for _t, c in v10.tile_family(v10.args(*shape, num_sms=132))]
         chosen = v10.plan(v10.args(*shape, num_sms=132)).variant - 1
         assert costs[chosen] <= min(costs) / 0.98 + 1e-9, (shape, costs, chosen)
-        assert all(costs[i] >= costs[chosen] * 0.98 - 1e-9 for i in range(chosen)), (shape, costs, chosen)
+        earlier = preference[:preference.index(chosen)]
+        assert all(costs[i] >= costs[chosen] * 0.98 - 1e-9 for i in earlier), (shape, costs, chosen)
 
 
 def test_64x64_tiles_where_they_make_one_wave_of_whole_tiles(v10):
@@ -102,6 +107,19 @@ def test_gpu_tests_reach_the_one_trip_reduce(v10):
         assert (p.tile_m, p.tile_n) == (64, 64), shape
         segments.append(for_v10(*shape, p.tile_m, p.tile_n, p.cluster, sms=132, order="snake").partition.parallel)
     assert segments == [8, 4]
+
+
+def test_192x192_where_it_makes_whole_waves(v10):
+    """Tile 12 (192x192/c2) is weighed first: it runs where it fills whole waves that 128x256 and
+    128x192 tiles leave partial (3072^3: 128 cluster tiles on 66 clusters against 192 of 128x192;
+    4160^3), and not on squares whose 128x256 tiles already make whole waves, which it would pad
+    (4096^3, 8192^3: 21.3 and 42.7 tiles a side)."""
+    for shape in [(3072, 3072, 3072), (4160, 4160, 4160), (3000, 2904, 3000)]:
+        assert _choice(v10, *shape)[0] == "192x192/c2", shape
+    for shape in [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048), (6144, 6144, 1096), (16384, 16384, 16384)]:
+        assert _choice(v10, *shape)[0] != "192x192/c2", shape
+    # It is taller than 128 rows: not weighed where M (rounded up to 64) is below 192.
+    assert not math.isfinite(v10.tile_family(v10.args(128, 8192, 4096, num_sms=132))[11][1])
 
 
 def test_64x128_pairs_only_where_measured(v10):

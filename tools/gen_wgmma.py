@@ -5,7 +5,7 @@ so this script writes them. Run: python tools/gen_wgmma.py
 """
 from pathlib import Path
 
-SIZES = (64, 128, 192, 256)
+SIZES = (64, 96, 128, 192, 256)
 OUT = Path(__file__).resolve().parent.parent / "gemmtrace" / "include" / "gemmtrace" / "wgmma_ops.cuh"
 
 

@@ -93,4 +93,38 @@ __device__ __forceinline__ void stmatrix_panel_sw128(const uint32_t (&packed)[BN
   stmatrix_panel_sw128_pairs<BN>([&](int k) { return packed[k]; }, p, panel);
 }
 
+// The 32-column form, for consumer parts an odd number of 32-column halves wide (96): half panel p
+// (columns [32p, 32p + 32)) of the packed fragment into [64 rows][64 bytes] in the 64-byte swizzle
+// (16-byte chunk index XOR (row / 2) % 4), what a SWIZZLE_64B tensor map with box {32, 64} stores
+// from. Conflict-free as well: the eight rows of each 8x8 matrix land on all 32 banks. `panel` is
+// 512-byte aligned.
+__device__ __forceinline__ void stmatrix_x4_sw64(uint32_t panel, int pair, const uint32_t (&r)[4]) {
+  const int lane = threadIdx.x % 32, warp_in_wg = (threadIdx.x / 32) % 4;
+  const int matrix = lane / 8, row = warp_in_wg * 16 + (matrix % 2) * 8 + lane % 8;
+  const int chunk = 2 * pair + matrix / 2;
+  const uint32_t addr = panel + row * 64 + ((chunk ^ ((row / 2) % 4)) * 16);
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
+template <int BN>
+__device__ __forceinline__ void stmatrix_half_panel_sw64(const uint32_t (&packed)[BN / 4], int p, uint32_t panel) {
+#pragma unroll
+  for (int pair = 0; pair < 2; ++pair) {  // column groups 2*pair and 2*pair + 1 of the half panel
+    const int j0 = p * 4 + 2 * pair;
+    uint32_t r[4];
+#pragma unroll
+    for (int m = 0; m < 4; ++m) r[m] = packed[(j0 + m / 2) * 2 + m % 2];
+    stmatrix_x4_sw64(panel, pair, r);
+  }
+}
+
+// Panel p of a packed fragment, 64 or 32 columns wide (the two forms above).
+template <int kPanelCols, int BN>
+__device__ __forceinline__ void stmatrix_panel(const uint32_t (&packed)[BN / 4], int p, uint32_t panel) {
+  if constexpr (kPanelCols == 64) stmatrix_panel_sw128<BN>(packed, p, panel);
+  else stmatrix_half_panel_sw64<BN>(packed, p, panel);
+}
+
 }  // namespace gemmtrace

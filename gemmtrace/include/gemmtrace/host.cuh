@@ -112,6 +112,16 @@ inline int encode_rows_sw128(CUtensorMap* map, const void* ptr, int64_t rows, in
   return encode_bf16_tmap(map, ptr, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, name, err, errlen);
 }
 
+// The same with a box half as wide ({32, box_rows}, 64-byte rows in the 64-byte swizzle): C tiles of
+// the consumers whose part of a tile is an odd number of 32-column halves wide (96).
+inline int encode_rows_sw64(CUtensorMap* map, const void* ptr, int64_t rows, int64_t cols, uint32_t box_rows,
+                            const char* name, char* err, int errlen) {
+  const uint64_t dims[2] = {uint64_t(cols), uint64_t(rows)};
+  const uint64_t strides[1] = {uint64_t(cols) * 2};
+  const uint32_t box[2] = {32, box_rows};
+  return encode_bf16_tmap(map, ptr, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_64B, name, err, errlen);
+}
+
 inline int check_bf16_gemm_shape(const GtArgs* args, int k_multiple, char* err, int errlen) {
   if (args->m < 1 || args->n < 1 || args->k < 1)
     return fail(err, errlen, "M, N and K must be positive (got %lld, %lld, %lld)", (long long)args->m,

@@ -82,13 +82,18 @@ template <int BM_, int BN_, int kCluster_, int kStages_, int kSplitK_ = 1>
 struct Tile {
   static constexpr int BM = BM_, BN = BN_, kCluster = kCluster_, kStages = kStages_, kSplitK = kSplitK_;
   static constexpr int kClusterCTAs = kCluster * kSplitK;  // the launch's cluster size
-  static constexpr bool kSplitRows = BM >= 128;
+  // Rows split where each consumer's half is whole m64 row groups (128, 256 rows); otherwise
+  // columns (64 rows: one row group; 192: three row groups each, of half the columns).
+  static constexpr bool kSplitRows = BM % 128 == 0;
   // Consumer warpgroups that compute: both, except on a 64x64 tile, whose halves would be n32
   // wgmma reading all of A from shared memory twice; there one computes the tile and one idles.
   static constexpr int kParts = kSplitRows || BN >= 128 ? kConsumers : 1;
   static constexpr int WM = kSplitRows ? BM / kConsumers : BM, WN = kSplitRows ? BN : BN / kParts;
   static constexpr int kRowGroups = WM / 64;
-  static constexpr int kPanels = kRowGroups * (WN / 64);  // 64x64 panels of C per consumer
+  // C leaves through panels of 64 rows and 64 columns (128-byte swizzle), or 32 where a consumer's
+  // part is not a multiple of 64 columns wide (64-byte swizzle; C's tensor map has the same box).
+  static constexpr int kPanelCols = WN % 64 == 0 ? 64 : 32;
+  static constexpr int kPanels = kRowGroups * (WN / kPanelCols);  // panels of C per consumer
   static constexpr int kAccFloat4s = kRowGroups * WN / 8;  // a consumer thread's accumulators, in float4s
   // At most 64 accumulators a consumer thread (64x64, 64x128, 64x256, 128x128): a k-block's wgmma
   // group is short. The producer's registers and the consumers' operand descriptors take another
@@ -100,7 +105,7 @@ struct Tile {
   static constexpr int kStageBytes = kTileBytesA + kTileBytesB;
   static constexpr int kEpilogueRegionBytes = kSplitK > 1 ? 0 : kParts * 2 * kPanelBytes;
   static constexpr int kPipelineBytes = 1024 + kStages * kStageBytes + kEpilogueRegionBytes + 2 * kStages * 8;
-  static_assert(WM % 64 == 0 && WN % 64 == 0 && WN <= 256, "consumer parts are m64 row groups of n64..n256 wgmma");
+  static_assert(WM % 64 == 0 && WN % 32 == 0 && WN >= 64 && WN <= 256, "consumer parts are m64 row groups of n64..n256 wgmma");
   static_assert(BM <= 256 && BN / kCluster <= 256, "a TMA box has at most 256 rows");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two CTAs along M");
   // Clusters of four or more would need grids sized by what the device holds at once, not by SMs
@@ -346,19 +351,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (kCluster > 1) mbarrier_arrive_cluster(empty(ps), peer);
       }
     };
-    // Panel p of the previous tile (64 rows of row group p / (WN / 64), 64 columns), through one
-    // of this warpgroup's two panel buffers.
+    // Panel p of the previous tile (64 rows of row group p / kCols, kPanelCols columns), through
+    // one of this warpgroup's two panel buffers.
     auto store_panel = [&](int p) {
-      constexpr int kCols = WN / 64;
+      constexpr int kCols = WN / T::kPanelCols;
       const uint32_t panel = buf + (p % 2) * kPanelBytes;
       if (issuer) tma_store_wait_read<1>();  // the store that last read this buffer is done reading
       named_barrier_sync(1 + cw, 128);
-      stmatrix_panel_sw128<WN>(packed[p / kCols], p % kCols, panel);
+      stmatrix_panel<T::kPanelCols, WN>(packed[p / kCols], p % kCols, panel);
       fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
       named_barrier_sync(1 + cw, 128);
       if (issuer) {
-        // (one row group: the panels run along the columns; two: kCols panels a row group)
-        const int col = T::kRowGroups == 1 ? T::col0(cw) + p * 64 : (p % kCols) * 64;
+        // (one row group: the panels run along the columns; more: kCols panels a row group)
+        const int col = T::kRowGroups == 1 ? T::col0(cw) + p * 64 : T::col0(cw) + (p % kCols) * T::kPanelCols;
         const int row = T::kRowGroups == 1 ? T::row0(cw) : T::row0(cw) + (p / kCols) * 64;
         tma_store_2d(&tmap_c, panel, prev_n * BN + col, prev_m * BM + row);
         tma_store_commit();
@@ -578,7 +583,8 @@ int launch(const GtArgs* args, const char* name, char* err, int errlen) {
   CUtensorMap tmap_a, tmap_b, tmap_c;
   if (host::encode_rows_sw128(&tmap_a, args->a, args->m, args->k, T::BM, "A", err, errlen)) return 1;
   if (host::encode_rows_sw128(&tmap_b, args->b, args->n, args->k, T::BN / T::kCluster, "B", err, errlen)) return 1;
-  if (host::encode_rows_sw128(&tmap_c, args->c, args->m, args->n, 64, "C", err, errlen)) return 1;
+  if ((T::kPanelCols == 64 ? host::encode_rows_sw128 : host::encode_rows_sw64)(&tmap_c, args->c, args->m, args->n, 64, "C", err, errlen))
+    return 1;
   auto stream = static_cast<cudaStream_t>(args->stream);
   const auto kernel = kernel_for<T, TileScheduler>(args, p, err, errlen);
   if (kernel == nullptr) return 1;

@@ -19,8 +19,9 @@
 // bytes moved through L2. Under the snake order a grid of several waves may instead split only its
 // last partial wave (stream_k.cuh's tail split), counted by that split's own measured estimate.
 // The tile with the smallest
-// cost runs; one within 2 % of an earlier tile of the list loses to it (the list is in order of
-// preference: larger tiles, multicast clusters first). Nothing in it names a shape.
+// cost runs; one within 2 % of a tile earlier in the order of preference loses to it (the largest
+// tile, 192x192/c2, first, then the list: larger tiles, multicast clusters first). Nothing in it
+// names a shape.
 //
 // GtArgs.variant: 0 for the rule, i >= 1 to force tile i - 1 of the family (for studies); GtPlan
 // reports the tile that runs in tile_m, tile_n, cluster and stages, and its index + 1 in variant.
@@ -45,7 +46,12 @@ using T7 = Tile<128, 128, 1, 5, 2>;  // k split over a cluster of two: two SMs a
 using T8 = Tile<64, 64, 1, 13>;  // a sixteenth of the area, one consumer: one wave of whole tiles on few-tile shapes
 using T9 = Tile<64, 64, 2, 13>;  // the same, B shared by multicast
 using T10 = Tile<64, 128, 2, 7>;  // a quarter of the area, B shared: a quarter fewer bytes a flop into each SM than 64x64/c2
-constexpr int kFamily = 11;
+// 1.125 times 128x256's area, each consumer three m64n96 row groups (half the columns): the fewest
+// bytes a flop of the family, and whole waves where 128x256 and 128x192 leave a partial one
+// (3072^3: 128 cluster tiles on 66 clusters, where 128x192 makes 192). cuBLAS runs this tile at
+// 3072^3, 4160^3 and 16384^3 on the H100.
+using T11 = Tile<192, 192, 2, 4>;
+constexpr int kFamily = 12;
 
 // Throughput of each tile relative to 128x256 in clusters of two, measured on the H100 with every
 // tile forced at 8192x8192x8192, whole tiles, in one process: 128x256/c2 750, 256x128/c2 698,
@@ -54,13 +60,15 @@ constexpr int kFamily = 11;
 // 64x128/c2, added later: 479 against 785 for 128x256/c2 in one process,
 // bench/results/20261124-h100-v10-64x128-c2.json; the consumer's stage counters made 128x128/c2
 // 0.74 -> 0.85 of 128x256/c2; 128x128/k2 keeps the 0.60 fitted with its exchange cost below,
-// against 0.59 measured). The 64-row and 128-wide
+// against 0.59 measured; 192x192/c2, added later: 0.97, from 1653 against 1489 us for 128x256/c2 at
+// 8192^3 in one process, where their costs differ by 1.108, bench/results/20261125-h100-v10-192x192.json).
+// The 64-row and 128-wide
 // tiles are slower per flop, and where measured not for shared-memory bandwidth: Nsight Compute
 // puts the bank reads of 64x64/c2 and 128x128/c2 at 20 and 33 % of peak. cuBLAS's 64x64 tile
 // runs its k-blocks 1.34-1.35 times as fast with the same fixed costs. It also reads less from L2,
 // partly by keeping the CTAs that share A in one GPC; an order doing that cut ours by 15 % and left
 // its time unchanged (bench/NOTES.md).
-constexpr double kThroughput[kFamily] = {1.00, 0.93, 0.925, 0.85, 0.67, 0.54, 0.46, 0.60, 0.34, 0.44, 0.61};
+constexpr double kThroughput[kFamily] = {1.00, 0.93, 0.925, 0.85, 0.67, 0.54, 0.46, 0.60, 0.34, 0.44, 0.61, 0.97};
 
 // A split k-block costs this many whole ones. Split ranges start at different k offsets on
 // different clusters, so the tiles in flight stop sharing their A and B panels in L2 and read them
@@ -104,7 +112,8 @@ auto with_tile(int i, F&& f) {
     case 7: return f(T7{});
     case 8: return f(T8{});
     case 9: return f(T9{});
-    default: return f(T10{});
+    case 10: return f(T10{});
+    default: return f(T11{});
   }
 }
 
@@ -164,11 +173,18 @@ double tile_cost(const GtArgs* args, int i) {
   });
 }
 
+// The order of preference: ties (within 2 %) go to the earlier tile. 192x192/c2 comes first, though
+// added last: where its cost and 128x256/c2's were within 2 % it ran faster on 9 of 10 shapes
+// measured in one process on the H100 (0.95-0.99 of the time; 1.008 on the tenth, within its
+// spread), and at 4160^3 (0.96).
+constexpr int kPreference[kFamily] = {11, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+
 int chosen_tile(const GtArgs* args) {
   if (args->variant >= 1 && args->variant <= kFamily) return args->variant - 1;
-  int best = 0;
-  double best_cost = tile_cost(args, 0);
-  for (int i = 1; i < kFamily; ++i) {
+  int best = kPreference[0];
+  double best_cost = tile_cost(args, best);
+  for (int j = 1; j < kFamily; ++j) {
+    const int i = kPreference[j];
     const double c = tile_cost(args, i);
     if (c < best_cost * 0.98) best = i, best_cost = c;
   }
