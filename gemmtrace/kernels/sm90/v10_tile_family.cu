@@ -60,8 +60,8 @@ constexpr int kFamily = 12;
 // 64x128/c2, added later: 479 against 785 for 128x256/c2 in one process,
 // bench/results/20261124-h100-v10-64x128-c2.json; the consumer's stage counters made 128x128/c2
 // 0.74 -> 0.85 of 128x256/c2; 128x128/k2 keeps the 0.60 fitted with its exchange cost below,
-// against 0.59 measured; 192x192/c2, added later: 0.97, from 1653 against 1489 us for 128x256/c2 at
-// 8192^3 in one process, where their costs differ by 1.108, bench/results/20261125-h100-v10-192x192.json).
+// against 0.59 measured; 192x192/c2, added later: 0.97, the lower of two processes' figures at 8192^3,
+// 0.97 and 1.00, from its time against 128x256/c2's in the same process; bench/results/20261125-h100-v10-192x192.json).
 // The 64-row and 128-wide
 // tiles are slower per flop, and where measured not for shared-memory bandwidth: Nsight Compute
 // puts the bank reads of 64x64/c2 and 128x128/c2 at 20 and 33 % of peak. cuBLAS's 64x64 tile
@@ -174,9 +174,9 @@ double tile_cost(const GtArgs* args, int i) {
 }
 
 // The order of preference: ties (within 2 %) go to the earlier tile. 192x192/c2 comes first, though
-// added last: where its cost and 128x256/c2's were within 2 % it ran faster on 9 of 10 shapes
-// measured in one process on the H100 (0.95-0.99 of the time; 1.008 on the tenth, within its
-// spread), and at 4160^3 (0.96).
+// added last: on 10 shapes where its cost and 128x256/c2's were within 2 % (none of them used to set
+// anything) it ran 1.3-4.6 % faster by % of cuBLAS in the same rounds, on every shape in two
+// processes on the H100, and at 4160^3 3.5 % faster (bench/results/20261125-h100-v10-192x192.json).
 constexpr int kPreference[kFamily] = {11, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
 
 int chosen_tile(const GtArgs* args) {
