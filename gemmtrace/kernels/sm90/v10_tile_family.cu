@@ -6,8 +6,9 @@
 // Small tiles make more tiles where there are few (skinny M or N, small squares), 64-row tiles stop
 // computing the empty half of a 128-row tile when M is 64, clusters of one let a lone tile
 // row (M <= 128) use every SM instead of every other one, 64x64 tiles make the most whole
-// tiles of one wave on few-tile shapes, and 64x128 tiles in pairs sharing B bring a quarter fewer
-// bytes a flop into each SM than 64x64 tiles where the loads set the pace.
+// tiles of one wave on few-tile shapes, 64x128 tiles in pairs sharing B bring a quarter fewer
+// bytes a flop into each SM than 64x64 tiles where the loads set the pace, and 192x192 tiles make
+// whole waves on large shapes where the 128-row tiles leave a partial one.
 //
 // The rule (tile_cost below; `gemmtrace list` and docs/kernels.md say it in words): for each tile
 // of the family no taller than M and no wider than N (rounded up to 64), partition the work
