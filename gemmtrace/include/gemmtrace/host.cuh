@@ -102,24 +102,27 @@ inline int encode_bf16_tmap(CUtensorMap* map, const void* ptr, uint32_t rank, co
   return 0;
 }
 
-// A (rows, cols) row-major bf16 matrix as a 2-D tensor map {cols, rows} whose box is one 128-byte
-// swizzle atom wide ({64, box_rows}): operand tiles for wgmma (K-major) and C tiles for TMA stores.
-inline int encode_rows_sw128(CUtensorMap* map, const void* ptr, int64_t rows, int64_t cols, uint32_t box_rows,
-                             const char* name, char* err, int errlen) {
+// A (rows, cols) row-major bf16 matrix as a 2-D tensor map {cols, rows} whose box is one swizzle
+// atom wide: {64, box_rows} in the 128-byte swizzle, or {32, box_rows} in the 64-byte one.
+inline int encode_rows(CUtensorMap* map, const void* ptr, int64_t rows, int64_t cols, uint32_t box_rows,
+                       CUtensorMapSwizzle swizzle, const char* name, char* err, int errlen) {
   const uint64_t dims[2] = {uint64_t(cols), uint64_t(rows)};
   const uint64_t strides[1] = {uint64_t(cols) * 2};
-  const uint32_t box[2] = {64, box_rows};
-  return encode_bf16_tmap(map, ptr, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, name, err, errlen);
+  const uint32_t box[2] = {swizzle == CU_TENSOR_MAP_SWIZZLE_64B ? 32u : 64u, box_rows};
+  return encode_bf16_tmap(map, ptr, 2, dims, strides, box, swizzle, name, err, errlen);
 }
 
-// The same with a box half as wide ({32, box_rows}, 64-byte rows in the 64-byte swizzle): C tiles of
-// the consumers whose part of a tile is an odd number of 32-column halves wide (96).
+// 128-byte rows: operand tiles for wgmma (K-major) and C tiles for TMA stores.
+inline int encode_rows_sw128(CUtensorMap* map, const void* ptr, int64_t rows, int64_t cols, uint32_t box_rows,
+                             const char* name, char* err, int errlen) {
+  return encode_rows(map, ptr, rows, cols, box_rows, CU_TENSOR_MAP_SWIZZLE_128B, name, err, errlen);
+}
+
+// 64-byte rows: C tiles of the consumers whose part of a tile is an odd number of 32-column halves
+// wide (96).
 inline int encode_rows_sw64(CUtensorMap* map, const void* ptr, int64_t rows, int64_t cols, uint32_t box_rows,
                             const char* name, char* err, int errlen) {
-  const uint64_t dims[2] = {uint64_t(cols), uint64_t(rows)};
-  const uint64_t strides[1] = {uint64_t(cols) * 2};
-  const uint32_t box[2] = {32, box_rows};
-  return encode_bf16_tmap(map, ptr, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_64B, name, err, errlen);
+  return encode_rows(map, ptr, rows, cols, box_rows, CU_TENSOR_MAP_SWIZZLE_64B, name, err, errlen);
 }
 
 inline int check_bf16_gemm_shape(const GtArgs* args, int k_multiple, char* err, int errlen) {
