@@ -363,7 +363,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       named_barrier_sync(1 + cw, 128);
       if (issuer) {
         // (one row group: the panels run along the columns; more: kCols panels a row group)
-        const int col = T::kRowGroups == 1 ? T::col0(cw) + p * 64 : T::col0(cw) + (p % kCols) * T::kPanelCols;
+        const int col = T::kRowGroups == 1 ? T::col0(cw) + p * T::kPanelCols : T::col0(cw) + (p % kCols) * T::kPanelCols;
         const int row = T::kRowGroups == 1 ? T::row0(cw) : T::row0(cw) + (p / kCols) * 64;
         tma_store_2d(&tmap_c, panel, prev_n * BN + col, prev_m * BM + row);
         tma_store_commit();
