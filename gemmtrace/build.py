@@ -131,7 +131,7 @@ def parse_ptxas(log: str) -> tuple[KernelResources, ...]:
         tile_label = ""
         if tile:
             bm, bn, cluster, _stages, split_k = map(int, tile.groups())
-            tile_label = f" {bm}x{bn}/k{split_k}" if split_k > 1 else f" {bm}x{bn}/c{cluster}"
+            tile_label = " " + registry.tile_name(bm, bn, cluster, split_k)
         out.append(
             KernelResources(
                 function=(short.group(1) if short else name) + ("" if profiled is None else f"<{'profiled' if profiled else 'plain'}>")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import registry
+from .registry import tile_name
 from .build import build
 from .launch import KernelLibrary
 
@@ -42,12 +43,6 @@ class Choice:
     def label(self) -> str:
         return ", ".join([self.kernel, f"tile {self.tile}", "stream-K" if self.split else "whole tiles",
                           f"{self.order} order"] + ([f"{self.scheduler} scheduling"] if self.scheduler != "static" else []))
-
-
-def tile_name(bm: int, bn: int, cluster: int, split_k: int = 1) -> str:
-    """"BMxBN/cN" (N CTAs a cluster along M, sharing B), or "BMxBN/kN" (N CTAs a cluster, each a
-    share of every tile's k-loop, summed in distributed shared memory)."""
-    return f"{bm}x{bn}/k{split_k}" if split_k > 1 else f"{bm}x{bn}/c{cluster}"
 
 
 def choose(shape: tuple[int, int, int], num_sms: int = 132, lib: KernelLibrary | None = None) -> Choice:

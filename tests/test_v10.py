@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from gemmtrace import GemmtraceError, registry
-from gemmtrace.choose import tile_name
+from gemmtrace.registry import tile_name
 from gemmtrace.stream_k import for_v10
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to build v10")
