@@ -3,10 +3,11 @@ gemmtrace/kernels/sm90/persistent_gemm.cuh with parts of the recording removed, 
 variant's profiled build against its plain build in one process, twice per shape. Needs a GPU;
 writes bisect.json (or --out) in the current folder.
 
-    python3 bench/bisect_profiler.py [--kernel v6] [--tile N] [MxNxK ...]   (default: 8192^3 and 4096^3)
+    python3 bench/bisect_profiler.py [--kernel v6] [--tile N] [--order snake] [MxNxK ...]   (default: 8192^3 and 4096^3)
 
 --kernel: any kernel built on persistent_gemm.cuh (v6 to v10); --tile: a tile of v10's family, as
-`gemmtrace list` numbers them (default: the rule's choice). The variants are made by text
+`gemmtrace list` numbers them (default: the rule's choice); --order: the tile order (default row; v10's
+rule weighs the tail split under snake only, as `best` runs it). The variants are made by text
 substitution of the lines named below, in persistent_gemm.cuh or (the fix-up's records, v9 and v10
 only) stream_k.cuh; if the kernel changes so that one is missing, the script stops at the assertion
 that names it. Generated files go to gemmtrace/kernels/sm90/_bisect_* (ignored by git)."""
@@ -89,17 +90,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernel", default="v6")
     ap.add_argument("--tile", type=int, default=0)
+    ap.add_argument("--order", default="row")
     ap.add_argument("--iters", type=int, default=60)
     ap.add_argument("--out", default="bisect.json")
     ap.add_argument("shapes", nargs="*")
     a = ap.parse_args()
     names = make_variants(a.kernel)
     shapes = [parse_shape(s) for s in a.shapes] or [(8192, 8192, 8192), (4096, 4096, 4096)]
-    out = {"kernel": a.kernel, "tile": a.tile, "iters": a.iters, "rows": {}}
+    out = {"kernel": a.kernel, "tile": a.tile, "order": a.order, "iters": a.iters, "rows": {}}
     for shape in shapes:
         for rep in range(2):
             for name, kname in names.items():
-                r = run_kernel(RunOptions(kernel=kname, shape=shape, iters=a.iters, check=(rep == 0), variant=a.tile))[0]
+                r = run_kernel(RunOptions(kernel=kname, shape=shape, iters=a.iters, check=(rep == 0), variant=a.tile,
+                                             order=a.order))[0]
                 key = f"{name} {shape[0]}x{shape[1]}x{shape[2]} rep{rep}"
                 out["rows"][key] = dict(plain_ms=r.kernel_ms, profiled_ms=r.profiled_ms, cublas_ms=r.cublas_ms,
                                         overhead=r.overhead)
