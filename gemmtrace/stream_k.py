@@ -125,11 +125,12 @@ def _tail_partition(units: int, num_kb: int, workers: int, slowdown: float, othe
 
 def tail_slowdown(m: int, n: int, k: int, tile: tuple[int, int], cluster: int, workers: int, order: str) -> float:
     """The kernel's tail_slowdown: 1.1 where the tail's A and B panels fit in L2, 1.2 up to a quarter
-    over, else 0 (no tail split); only the snake order's tail is known, and only 128x256/c2 measured."""
+    over, else 0 (no tail split); only the snake order's tail is known, and only 128x256/c2 and
+    192x192/c2 measured."""
     bm, bn = tile
     rows, cols = math.ceil(math.ceil(m / bm) / cluster), math.ceil(n / bn)
     rest = rows * cols % workers
-    if (bm, bn, cluster) != (128, 256, 2) or order != "snake" or rest == 0:
+    if (bm, bn, cluster) not in ((128, 256, 2), (192, 192, 2)) or order != "snake" or rest == 0:
         return 0.0
     band = rows - (rows - 1) // SNAKE_BAND * SNAKE_BAND
     if rest <= band * cols:

@@ -120,6 +120,13 @@ def test_192x192_where_it_makes_whole_waves(v10):
         assert _choice(v10, *shape)[0] != "192x192/c2", shape
     # It is taller than 128 rows: not weighed where M (rounded up to 64) is below 192.
     assert not math.isfinite(v10.tile_family(v10.args(128, 8192, 4096, num_sms=132))[11][1])
+    # Under the snake order (`best`) its grids of three or more whole waves split their last partial
+    # wave where that pays, as 128x256/c2's do: 4160^3's 242 cluster tiles are 3 waves and 44.
+    from gemmtrace.choose import choose
+
+    c = choose((4160, 4160, 4160), lib=v10)
+    assert c.tile == "192x192/c2" and c.split and c.kernel == "v10" and "last tiles" in c.reason
+    assert not choose((3072, 3072, 3072), lib=v10).split  # 1.94 waves: fewer than three
 
 
 def test_64x128_pairs_only_where_measured(v10):
@@ -154,7 +161,8 @@ def test_kernel_partition_matches_the_model_at_ten_percent(v10, shape):
 # (shape, whether v10's rule splits its last partial wave there under the snake order)
 TAIL_SHAPES = [((8192, 8192, 8192), True), ((8192, 8192, 4096), True), ((4096, 11008, 8192), True),
                ((4096, 4096, 4096), False), ((4096, 4096, 14336), False), ((8192, 8192, 16384), False),
-               ((12288, 12288, 4096), False), ((3072, 3072, 3072), False)]
+               ((12288, 12288, 4096), False), ((3072, 3072, 3072), False),
+               ((4160, 4160, 4160), True), ((4160, 8192, 8192), True)]  # the last two: 192x192/c2
 
 
 @pytest.mark.parametrize("shape,splits", TAIL_SHAPES, ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else str(s))

@@ -16,8 +16,8 @@
 // - the split is kept only where it beats whole tiles by the same count: fewer k-blocks on the
 //   busiest cluster plus 2 per partial its tiles move, else every tile is whole. v10 asks for a
 //   gain of at least kMinGainPct percent.
-// - v10 only (kTailSplit): under the snake order, 128x256/c2 grids of three or more whole waves
-//   may split only the last U mod W tiles instead (make_tail_partition below).
+// - v10 only (kTailSplit): under the snake order, 128x256/c2 and 192x192/c2 grids of three or more
+//   whole waves may split only the last U mod W tiles instead (make_tail_partition below).
 // - v10 only (kParallelFixup): when U < W it also weighs cutting every tile into S segments of its
 //   own, one cluster each (U * S clusters run; S = floor(W / U), or fewer where that many would
 //   only wait on HBM: hbm_segments below), each segment then summing a slice
@@ -295,9 +295,10 @@ int hbm_segments(const GtArgs* args) {
 // B panels the tail's tiles read, which only the snake order (v7) makes known here: its last band
 // (up to 8 unit rows) walked column by column, so the last R tiles sit in min(R, band) rows of
 // ceil(R / band) columns (more bands where R fills the last one). Other orders: no tail split.
-// Measured with the 128x256/c2 tile only: the others keep v9's partition.
+// Measured with the 128x256/c2 and 192x192/c2 tiles only: the others keep v9's partition.
 template <class T>
-constexpr bool kMeasuredTail = T::BM == 128 && T::BN == 256 && T::kCluster == 2 && T::kSplitK == 1;
+constexpr bool kMeasuredTail =
+    ((T::BM == 128 && T::BN == 256) || (T::BM == 192 && T::BN == 192)) && T::kCluster == 2 && T::kSplitK == 1;
 constexpr double kL2Bytes = 50.0 * 1024 * 1024;  // the H100's
 constexpr int kSnakeBand = 8;  // gemmtrace/tile_order.py's SNAKE_BAND
 template <class T>
