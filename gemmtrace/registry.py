@@ -211,6 +211,7 @@ KERNELS: dict[str, KernelSpec] = {
     ]
 }
 
+
 def tile_name(bm: int, bn: int, cluster: int, split_k: int = 1) -> str:
     """"BMxBN/cN" (N CTAs a cluster along M, sharing B), or "BMxBN/kN" (N CTAs a cluster, each a
     share of every tile's k-loop, summed in distributed shared memory): how `tiles` names a tile."""

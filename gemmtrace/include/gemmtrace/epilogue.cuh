@@ -36,20 +36,26 @@ __device__ __forceinline__ void store_fragment_global(const float (&acc)[BN / 2]
   }
 }
 
-// TMA-store epilogue: write columns [64p, 64p + 64) of a 64 x BN fragment as bf16 into one panel
-// of shared memory, [64 rows][128 bytes] in the 128-byte swizzle (16-byte chunk index XOR row % 8),
-// which is what a SWIZZLE_128B tensor map with box {64, 64} stores from. The XOR also spreads each
-// 8-row matrix over all 32 banks, so the stores are conflict-free.
+// TMA-store epilogue: write one panel of a 64 x BN fragment (64 rows, kRowBytes / 2 columns) as
+// bf16 into shared memory, [64 rows][kRowBytes] in the matching swizzle, which is what a tensor map
+// with that swizzle and box {kRowBytes / 2, 64} stores from:
+// - kRowBytes = 128: columns [64p, 64p + 64), 16-byte chunk index XOR row % 8 (SWIZZLE_128B);
+// - kRowBytes = 64: columns [32p, 32p + 32), chunk index XOR (row / 2) % 4 (SWIZZLE_64B), for
+//   consumer parts an odd number of 32-column halves wide (96).
+// Either XOR spreads the eight rows of each 8x8 matrix over all 32 banks, so the stores are
+// conflict-free. `panel` is aligned to the swizzle's repeat (1024 or 512 bytes).
 // Written with stmatrix (PTX ISA "stmatrix"): each instruction stores four 8x8 bf16 matrices, 16
 // bytes per row, a quarter of the instructions of 4-byte stores. The wgmma accumulator fragment of
 // an 8-column group is exactly one 8x8 matrix for rows 0-7 (registers 4j, 4j+1) and one for rows
 // 8-15 (4j+2, 4j+3), so x4 takes two groups; lane l gives the address of row l % 8 of matrix l / 8.
-// One stmatrix.x4 into `panel`: four 8x8 matrices, column groups 2 * pair and 2 * pair + 1.
-__device__ __forceinline__ void stmatrix_x4_sw128(uint32_t panel, int pair, const uint32_t (&r)[4]) {
+// One stmatrix.x4 into `panel`: four 8x8 matrices, the panel's column groups 2 * pair and 2 * pair + 1.
+template <int kRowBytes>
+__device__ __forceinline__ void stmatrix_x4_swizzled(uint32_t panel, int pair, const uint32_t (&r)[4]) {
+  static_assert(kRowBytes == 128 || kRowBytes == 64, "the 128- and 64-byte swizzles");
   const int lane = threadIdx.x % 32, warp_in_wg = (threadIdx.x / 32) % 4;
   const int matrix = lane / 8, row = warp_in_wg * 16 + (matrix % 2) * 8 + lane % 8;
   const int chunk = 2 * pair + matrix / 2;
-  const uint32_t addr = panel + row * 128 + ((chunk ^ (row % 8)) * 16);
+  const uint32_t addr = panel + row * kRowBytes + ((chunk ^ (kRowBytes == 128 ? row % 8 : (row / 2) % 4)) * 16);
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r[0]), "r"(r[1]),
                "r"(r[2]), "r"(r[3])
                : "memory");
@@ -62,22 +68,23 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 
 // Panel p of the fragment, where bf16_pair(k) gives accumulators 2k and 2k+1 as one bf16 pair
 // (register 4j + 2h holds group j's row-half h, so matrix m of an x4 is pair (j0 + m / 2) * 2 + m % 2).
-template <int BN, class Bf16Pair>
-__device__ __forceinline__ void stmatrix_panel_sw128_pairs(Bf16Pair bf16_pair, int p, uint32_t panel) {
+template <int kRowBytes, int BN, class Bf16Pair>
+__device__ __forceinline__ void stmatrix_panel_pairs(Bf16Pair bf16_pair, int p, uint32_t panel) {
+  constexpr int kGroups = kRowBytes / 16;  // 8-column groups a panel
 #pragma unroll
-  for (int pair = 0; pair < 4; ++pair) {  // column groups 2*pair and 2*pair + 1 of the panel
-    const int j0 = p * 8 + 2 * pair;
+  for (int pair = 0; pair < kGroups / 2; ++pair) {  // column groups 2*pair and 2*pair + 1 of the panel
+    const int j0 = p * kGroups + 2 * pair;
     uint32_t r[4];
 #pragma unroll
     for (int m = 0; m < 4; ++m) r[m] = bf16_pair((j0 + m / 2) * 2 + m % 2);
-    stmatrix_x4_sw128(panel, pair, r);
+    stmatrix_x4_swizzled<kRowBytes>(panel, pair, r);
   }
 }
 
-// Straight from the fp32 accumulators (v5).
+// Straight from the fp32 accumulators, 64-column panels (v5).
 template <int BN>
 __device__ __forceinline__ void stmatrix_panel_sw128(const float (&acc)[BN / 2], int p, uint32_t panel) {
-  stmatrix_panel_sw128_pairs<BN>([&](int k) { return pack_bf16x2(acc[2 * k], acc[2 * k + 1]); }, p, panel);
+  stmatrix_panel_pairs<128, BN>([&](int k) { return pack_bf16x2(acc[2 * k], acc[2 * k + 1]); }, p, panel);
 }
 
 // The same fragment converted to bf16 pairs first (register k holds accumulators 2k and 2k+1), so
@@ -88,43 +95,10 @@ __device__ __forceinline__ void pack_fragment_bf16(const float (&acc)[BN / 2], u
   for (int k = 0; k < BN / 4; ++k) packed[k] = pack_bf16x2(acc[2 * k], acc[2 * k + 1]);
 }
 
-template <int BN>
-__device__ __forceinline__ void stmatrix_panel_sw128(const uint32_t (&packed)[BN / 4], int p, uint32_t panel) {
-  stmatrix_panel_sw128_pairs<BN>([&](int k) { return packed[k]; }, p, panel);
-}
-
-// The 32-column form, for consumer parts an odd number of 32-column halves wide (96): half panel p
-// (columns [32p, 32p + 32)) of the packed fragment into [64 rows][64 bytes] in the 64-byte swizzle
-// (16-byte chunk index XOR (row / 2) % 4), what a SWIZZLE_64B tensor map with box {32, 64} stores
-// from. Conflict-free as well: the eight rows of each 8x8 matrix land on all 32 banks. `panel` is
-// 512-byte aligned.
-__device__ __forceinline__ void stmatrix_x4_sw64(uint32_t panel, int pair, const uint32_t (&r)[4]) {
-  const int lane = threadIdx.x % 32, warp_in_wg = (threadIdx.x / 32) % 4;
-  const int matrix = lane / 8, row = warp_in_wg * 16 + (matrix % 2) * 8 + lane % 8;
-  const int chunk = 2 * pair + matrix / 2;
-  const uint32_t addr = panel + row * 64 + ((chunk ^ ((row / 2) % 4)) * 16);
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r[0]), "r"(r[1]),
-               "r"(r[2]), "r"(r[3])
-               : "memory");
-}
-
-template <int BN>
-__device__ __forceinline__ void stmatrix_half_panel_sw64(const uint32_t (&packed)[BN / 4], int p, uint32_t panel) {
-#pragma unroll
-  for (int pair = 0; pair < 2; ++pair) {  // column groups 2*pair and 2*pair + 1 of the half panel
-    const int j0 = p * 4 + 2 * pair;
-    uint32_t r[4];
-#pragma unroll
-    for (int m = 0; m < 4; ++m) r[m] = packed[(j0 + m / 2) * 2 + m % 2];
-    stmatrix_x4_sw64(panel, pair, r);
-  }
-}
-
-// Panel p of a packed fragment, 64 or 32 columns wide (the two forms above).
+// Panel p of a packed fragment, kPanelCols (64 or 32) columns wide.
 template <int kPanelCols, int BN>
 __device__ __forceinline__ void stmatrix_panel(const uint32_t (&packed)[BN / 4], int p, uint32_t panel) {
-  if constexpr (kPanelCols == 64) stmatrix_panel_sw128<BN>(packed, p, panel);
-  else stmatrix_half_panel_sw64<BN>(packed, p, panel);
+  stmatrix_panel_pairs<2 * kPanelCols, BN>([&](int k) { return packed[k]; }, p, panel);
 }
 
 }  // namespace gemmtrace

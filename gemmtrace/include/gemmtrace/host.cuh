@@ -118,13 +118,6 @@ inline int encode_rows_sw128(CUtensorMap* map, const void* ptr, int64_t rows, in
   return encode_rows(map, ptr, rows, cols, box_rows, CU_TENSOR_MAP_SWIZZLE_128B, name, err, errlen);
 }
 
-// 64-byte rows: C tiles of the consumers whose part of a tile is an odd number of 32-column halves
-// wide (96).
-inline int encode_rows_sw64(CUtensorMap* map, const void* ptr, int64_t rows, int64_t cols, uint32_t box_rows,
-                            const char* name, char* err, int errlen) {
-  return encode_rows(map, ptr, rows, cols, box_rows, CU_TENSOR_MAP_SWIZZLE_64B, name, err, errlen);
-}
-
 inline int check_bf16_gemm_shape(const GtArgs* args, int k_multiple, char* err, int errlen) {
   if (args->m < 1 || args->n < 1 || args->k < 1)
     return fail(err, errlen, "M, N and K must be positive (got %lld, %lld, %lld)", (long long)args->m,

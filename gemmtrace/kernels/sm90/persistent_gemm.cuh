@@ -583,8 +583,9 @@ int launch(const GtArgs* args, const char* name, char* err, int errlen) {
   CUtensorMap tmap_a, tmap_b, tmap_c;
   if (host::encode_rows_sw128(&tmap_a, args->a, args->m, args->k, T::BM, "A", err, errlen)) return 1;
   if (host::encode_rows_sw128(&tmap_b, args->b, args->n, args->k, T::BN / T::kCluster, "B", err, errlen)) return 1;
-  if ((T::kPanelCols == 64 ? host::encode_rows_sw128 : host::encode_rows_sw64)(&tmap_c, args->c, args->m, args->n, 64, "C", err, errlen))
-    return 1;
+  // C's box is one panel (epilogue.cuh): 64 columns in the 128-byte swizzle, or 32 in the 64-byte one.
+  const auto c_swizzle = T::kPanelCols == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  if (host::encode_rows(&tmap_c, args->c, args->m, args->n, 64, c_swizzle, "C", err, errlen)) return 1;
   auto stream = static_cast<cudaStream_t>(args->stream);
   const auto kernel = kernel_for<T, TileScheduler>(args, p, err, errlen);
   if (kernel == nullptr) return 1;
