@@ -4,11 +4,13 @@ Buffer layout (written by gemmtrace/include/gemmtrace/profiler.cuh; keep the two
   the buffer is `num_regions` regions, one per recording warp, each
     HEADER_WORDS uint32 header, then `capacity` records of RECORD_WORDS uint32.
   header: [base_ns lo, hi, MAGIC, smid, cta, warp | role << 16, count, capacity,
-           base cycles lo, hi, end cycles lo, hi, end ns lo, hi, 0, 0]
-          the fixed fields written at init, the end pair, count and MAGIC when the warp finishes;
-          `count` is how many records it tried to write, so count - capacity (when positive)
-          records were dropped because the region was full.
-  record: [start, end, tile, tag | kblock << 8], start and end in SM cycles since the warp's init.
+           base cycles lo, hi, end cycles lo, hi, end ns lo, hi, flags, 0]
+          the fixed fields written at init, the end pair, flags, count and MAGIC when the warp
+          finishes; `count` is how many records it tried to write, so count - capacity (when
+          positive) records were dropped because the region was full.
+  record: [start, end, tile, tag | kblock << 8], start and end in SM cycles: with the flag
+          RAW_CLOCKS, the low word of %clock64 as read (their offset from the base cycles is taken
+          here, modulo 2^32); without it (buffers of earlier builds), that offset itself.
   Cycles become ns through the warp's own (cycles, ns) pair measured from init to finish, so every
   span lands on %globaltimer's clock, which all SMs share.
 
@@ -36,6 +38,8 @@ NO_TILE = 0xFFFFFFFF
 NO_KBLOCK = 0xFFFFFF
 MAX_TAG_ID = tagdefs.MAX_TAG_ID
 FORMAT_VERSION = 1
+FLAGS_WORD = 14
+RAW_CLOCKS = 0x1  # header flag: record times are %clock64's low words (profiler.cuh: kRawClocks)
 
 SPAN_COLUMNS = ("sm", "cta", "warp", "region", "role", "tag", "tile", "kblock", "start_ns", "end_ns")
 REGION_COLUMNS = ("sm", "cta", "warp", "role", "count", "dropped", "complete")
@@ -238,8 +242,14 @@ def decode(buffer: np.ndarray, layout: BufferLayout, tags: "tagdefs.Tags | str |
     clk_span = u64(10) - u64(8)
     ns_span = u64(12) - base
     ns_per_cycle = (ns_span / np.maximum(clk_span, 1))[region_idx]
-    start_abs = base[region_idx] + np.rint(r[:, 0] * ns_per_cycle).astype(np.int64)
-    end_abs = base[region_idx] + np.rint(r[:, 1] * ns_per_cycle).astype(np.int64)
+    # Cycle offsets from the warp's base: raw clock words less the base's low word, modulo 2^32
+    # (uint32 arithmetic wraps), or the offsets as stored.
+    raw = (head[:, FLAGS_WORD] & RAW_CLOCKS).astype(bool)[region_idx]
+    origin = np.where(raw, head[:, 8][region_idx], 0).astype(np.uint32)
+    start_off = (r[:, 0].astype(np.uint32) - origin).astype(np.int64)
+    end_off = (r[:, 1].astype(np.uint32) - origin).astype(np.int64)
+    start_abs = base[region_idx] + np.rint(start_off * ns_per_cycle).astype(np.int64)
+    end_abs = base[region_idx] + np.rint(end_off * ns_per_cycle).astype(np.int64)
     t0 = int(start_abs.min()) if start_abs.size else 0
     tile = r[:, 2]
     kblock = (r[:, 3] >> 8).astype(np.int64)

@@ -6,15 +6,17 @@ import pytest
 
 from gemmtrace import GemmtraceError, Run, load
 from gemmtrace.tags import role_names, tag_names
-from gemmtrace.trace import (HEADER_WORDS, MAGIC, NO_KBLOCK, NO_TILE, RECORD_WORDS, BufferLayout, decode,
-                             spans_frame)
+from gemmtrace.trace import (FLAGS_WORD, HEADER_WORDS, MAGIC, NO_KBLOCK, NO_TILE, RAW_CLOCKS, RECORD_WORDS,
+                             BufferLayout, decode, spans_frame)
 
 TAG = {n: i for i, n in enumerate(tag_names())}
 ROLE = {n: i for i, n in enumerate(role_names())}
 
 
 def make_buffer(layout, regions):
-    """regions: list of (header fields dict, list of (start, end, tile, tag, kblock)) or None (unfinished)."""
+    """regions: list of (header fields dict, list of (start, end, tile, tag, kblock)) or None (unfinished).
+    start and end are cycles since the base; with {"raw": True} the region stores them as the recorder
+    does now (%clock64's low words, flag RAW_CLOCKS), otherwise as offsets (earlier builds)."""
     buf = np.zeros((layout.num_regions, layout.words_per_region), np.uint32)
     for i, reg in enumerate(regions):
         if reg is None:
@@ -27,10 +29,12 @@ def make_buffer(layout, regions):
         buf[i, :HEADER_WORDS] = [hdr["base"] & 0xFFFFFFFF, hdr["base"] >> 32, MAGIC, hdr["sm"], hdr["cta"],
                                  hdr["warp"] | (ROLE[hdr["role"]] << 16), count, layout.capacity,
                                  clk0 & 0xFFFFFFFF, clk0 >> 32, end_clk & 0xFFFFFFFF, end_clk >> 32,
-                                 end_ns & 0xFFFFFFFF, end_ns >> 32, 0, 0]
+                                 end_ns & 0xFFFFFFFF, end_ns >> 32, RAW_CLOCKS if hdr.get("raw") else 0, 0]
+        origin = clk0 if hdr.get("raw") else 0
         for j, (s, e, tile, tag, kb) in enumerate(recs[: layout.capacity]):
             o = HEADER_WORDS + j * RECORD_WORDS
-            buf[i, o:o + 4] = [s, e, NO_TILE if tile is None else tile, TAG[tag] | ((NO_KBLOCK if kb is None else kb) << 8)]
+            buf[i, o:o + 4] = [(origin + s) & 0xFFFFFFFF, (origin + e) & 0xFFFFFFFF, NO_TILE if tile is None else tile,
+                               TAG[tag] | ((NO_KBLOCK if kb is None else kb) << 8)]
     return buf.reshape(-1)
 
 
@@ -64,6 +68,27 @@ def test_cycles_map_to_nanoseconds_per_warp():
     ])
     d = decode(buf, lay)
     assert list(d.spans["start_ns"]) == [0, 100, 700] and list(d.spans["end_ns"]) == [100, 2000, 900]
+
+
+@pytest.mark.parametrize("base_clk", [123_456_789_000, 2**32 - 150, 2**33 + 7])
+def test_raw_clock_words_decode_as_offsets(base_clk):
+    """The recorder stores %clock64's low words and flags it; the decoder takes them from the base
+    cycles modulo 2^32, also where the low word wraps inside the kernel (base_clk 2^32 - 150), and
+    gives the same spans as a buffer of offsets. Without the flag the words are offsets."""
+    lay = BufferLayout(num_regions=2, capacity=3)
+    recs = [(0, 100, 0, "mma", 0), (100, 400, 0, "epilogue", None), (500, 2_000_000, 1, "mma", 3)]
+    hdr = {"base": 9_000, "sm": 0, "cta": 0, "warp": 0, "role": "consumer", "base_clk": base_clk,
+           "clk_span": 4_000_000, "ns_span": 2_000_000}
+    other = dict(hdr, sm=1, base_clk=base_clk + 1000)  # another SM's counter
+    raw = make_buffer(lay, [(dict(hdr, raw=True), recs), (dict(other, raw=True), recs[:1])])
+    offsets = make_buffer(lay, [(hdr, recs), (other, recs[:1])])
+    assert raw.reshape(2, -1)[0, FLAGS_WORD] == RAW_CLOCKS and not np.array_equal(raw, offsets)
+    a, b = decode(raw, lay).spans, decode(offsets, lay).spans
+    assert list(a["start_ns"]) == [0, 50, 250, 0] and list(a["end_ns"]) == [50, 200, 1_000_000, 50]
+    assert a.equals(b)
+    unflagged = raw.copy()
+    unflagged.reshape(2, -1)[:, FLAGS_WORD] = 0  # the same words read as offsets: the SMs misaligned
+    assert not decode(unflagged, lay).spans["start_ns"].equals(a["start_ns"])
 
 
 def test_overflow_counts_dropped_records_and_keeps_the_first_ones():

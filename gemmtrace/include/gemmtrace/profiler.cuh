@@ -10,17 +10,18 @@
 //
 // Design (see docs/profiler.md and gemmtrace/trace.py, which decodes the same layout):
 // - Each recording warp owns one region of the buffer: a 64-byte header and `capacity` 16-byte
-//   records. The next free slot is a register counter, so the hot path has no atomics.
+//   records. Each warp counts its own records, so the hot path has no atomics.
 // - Two ways to get records there, one layout. The direct recorder stores each record to global
-//   memory (one predicated st.global.v4 by lane 0) and holds five registers (region, count,
-//   capacity, zero outside lane 0, and the low word of the base cycle count). The staged recorder
-//   stores each record to a ring in shared memory (st.shared.v4) and copies full halves of it out
-//   with cp.async.bulk at the kernel's poll() points; it holds three registers. v1-v4 use the
-//   direct one; v5-v8, whose hot loops felt the global stores, the staged one.
-// - Times on the hot path are SM cycles (%clock64), as offsets from the warp's cycle count at
-//   init. init() and finish() also read %globaltimer (ns, the same clock on every SM), and the
-//   header keeps both pairs, so the host maps each warp's cycles onto global nanoseconds by linear
-//   interpolation: spans get the cycle counter's resolution (0.5 ns at 1.98 GHz) instead of
+//   memory (one predicated st.global.v4 by lane 0) and holds four registers (region, count,
+//   capacity, zero outside lane 0). The staged recorder stores each record to a ring in shared
+//   memory (st.shared.v4) and copies full halves of it out with cp.async.bulk at the kernel's
+//   poll() points; it holds one register (the ring's address) and keeps its count in the ring's
+//   header. v1-v4 use the direct one; v5-v10, whose hot loops felt the global stores, the staged one.
+// - Times on the hot path are SM cycles: the low word of %clock64 as read, so no base is held in a
+//   register (header word 14 says so: kRawClocks). init() and finish() also read %globaltimer (ns,
+//   the same clock on every SM), and the header keeps both (cycles, ns) pairs, so the host takes
+//   each time's offset from the base cycles (modulo 2^32) and maps it onto global nanoseconds by
+//   linear interpolation: spans get the cycle counter's resolution (0.5 ns at 1.98 GHz) instead of
 //   %globaltimer's 32 ns steps, and still line up across SMs.
 // - A record is {start, end, tile, tag | kblock << 8}: four 32-bit words. 32-bit cycle offsets
 //   cover 2.1 s at 1.98 GHz.
@@ -54,6 +55,9 @@ constexpr uint32_t kRecordWords = 4;
 constexpr uint32_t kMagic = 0x47545231u;  // "GTR1"
 constexpr uint32_t kNoTile = 0xFFFFFFFFu;
 constexpr uint32_t kNoKBlock = 0xFFFFFFu;
+// Header word 14, a set of flags. kRawClocks: record times are %clock64's low words, not offsets
+// from the base cycles (buffers written before this flag existed hold offsets and a zero here).
+constexpr uint32_t kRawClocks = 1u;
 
 // What the host passes to a profiled kernel (by value). Sized by the host from the launch:
 // num_regions = CTAs x regions_per_cta, capacity = records each recording warp may write.
@@ -111,12 +115,11 @@ template <>
 struct Recorder<true, 0> {
   static constexpr uint32_t kSmemBytes = 0;
   uint32_t* region_ = nullptr;
-  uint32_t base_clk_ = 0;  // low word of %clock64 at init: span times are cycles since then
   uint32_t count_ = 0;
   uint32_t capacity_ = 0;  // records this lane may store: the region's capacity in lane 0, 0 elsewhere
 
   // header: [0-1 base ns (%globaltimer), 2 magic, 3 smid, 4 cta, 5 warp | role << 16, 6 count,
-  //          7 capacity, 8-9 base cycles (%clock64), 10-11 end cycles, 12-13 end ns, 14-15 zero]
+  //          7 capacity, 8-9 base cycles (%clock64), 10-11 end cycles, 12-13 end ns, 14 flags, 15 zero]
   template <class RoleT>
   __device__ __forceinline__ void init(const ProfileBuffer& buf, uint32_t slot, RoleT role, uint32_t = 0) {
     const uint32_t cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
@@ -126,7 +129,6 @@ struct Recorder<true, 0> {
     capacity_ = leader ? buf.capacity : 0u;
     count_ = 0;
     const uint64_t ns = globaltimer_ns(), clk = clock_cycles();
-    base_clk_ = uint32_t(clk);
     if (leader) {  // the magic word stays 0 until finish(): an unfinished region is never decoded
       uint32_t* h = region_;
       st_global_v4(h, uint32_t(ns), uint32_t(ns >> 32), 0u, smid());
@@ -135,11 +137,9 @@ struct Recorder<true, 0> {
     }
   }
 
-  // Cycles since init (modulo 2^32); the start of a span. Warps that never called init() read no
+  // The cycle counter's low word; the start of a span. Warps that never called init() read no
   // clock (region_ is warp-uniform, so this is a uniform branch, not divergence).
-  __device__ __forceinline__ uint32_t now() const {
-    return region_ == nullptr ? 0u : uint32_t(clock_cycles()) - base_clk_;
-  }
+  __device__ __forceinline__ uint32_t now() const { return region_ == nullptr ? 0u : uint32_t(clock_cycles()); }
 
   // Close a span that started at `start` (from now()) and store it; returns the span's end.
   template <class TagT>
@@ -171,14 +171,14 @@ struct Recorder<true, 0> {
 
   __device__ __forceinline__ void poll() const {}  // every record is already in the buffer
 
-  // The end pair and the count, then the magic word last: a region without it is one whose warp
-  // never finished.
+  // The end pair, the flags and the count, then the magic word last: a region without it is one
+  // whose warp never finished.
   __device__ __forceinline__ void finish() {
     if (region_ == nullptr || threadIdx.x % 32 != 0) return;
     const uint64_t clk = clock_cycles(), ns = globaltimer_ns();
     uint32_t* h = region_;
     asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(h + 10), "r"(uint32_t(clk)), "r"(uint32_t(clk >> 32)) : "memory");
-    asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(h + 12), "r"(uint32_t(ns)), "r"(uint32_t(ns >> 32)) : "memory");
+    st_global_v4(h + 12, uint32_t(ns), uint32_t(ns >> 32), kRawClocks, 0u);
     asm volatile("st.global.u32 [%0], %1;" ::"l"(h + 6), "r"(count_) : "memory");
     asm volatile("st.global.u32 [%0], %1;" ::"l"(h + 2), "r"(kMagic) : "memory");
   }
@@ -191,9 +191,10 @@ struct Recorder<true, 0> {
 // in shared memory (kSmemBytes from `smem`, 16-byte aligned). record_span() only stores to the ring;
 // poll(), which the kernel calls where it has registers to spare, copies each full half of the ring
 // to the region with one cp.async.bulk; finish() stores the rest, then the header. Contract: poll
-// at least once every kRing / 2 records (a debug build traps otherwise). Hot-path state is three
-// registers (ring address, count, base cycles): the region's address, its capacity and the count
-// flushed so far wait in the shared header.
+// at least once every kRing / 2 records (a debug build traps otherwise). Hot-path state is one
+// register, the ring's address: the count, the region's address, its capacity and the count flushed
+// so far wait in the shared header. (Held in registers, the count and a base cycle count made the
+// profiled 192x192 tile spill inside its k-loop; bench/NOTES.md.)
 template <int kRing>
 struct Recorder<true, kRing> {
   static_assert(kRing >= 2 && kRing % 2 == 0, "the ring is flushed in halves");
@@ -204,12 +205,11 @@ struct Recorder<true, kRing> {
 #endif
   static constexpr uint32_t kHalf = kRing / 2;
   static constexpr uint32_t kSmemBytes = (kHeaderWords + kRing * kRecordWords) * 4;
-  // Shared header: the global header's layout, except word 6 (records flushed so far, the count
-  // only at finish) and words 14-15 (the region's address, cleared at finish).
-  static constexpr uint32_t kFlushedAt = 24, kCapacityAt = 28, kRegionAt = 56;
+  // Shared header: the global header's layout, except word 6 (records flushed so far; the count
+  // only at finish), word 10 (records written so far; the end cycles only at finish) and words 14-15
+  // (the region's address; the flags at finish).
+  static constexpr uint32_t kFlushedAt = 24, kCapacityAt = 28, kCountAt = 40, kRegionAt = 56;
   uint32_t smem_ = 0;  // this warp's header, then its ring (0: a warp that does not record)
-  uint32_t base_clk_ = 0;
-  uint32_t count_ = 0;
 
   static __device__ __forceinline__ bool leader() { return (threadIdx.x % 32) == 0; }
   static __device__ __forceinline__ void sts4(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
@@ -226,6 +226,7 @@ struct Recorder<true, kRing> {
     return v;
   }
   static __device__ __forceinline__ void stg4(uint32_t* p, uint4 v) { st_global_v4(p, v.x, v.y, v.z, v.w); }
+  __device__ __forceinline__ uint32_t count() const { return lds(smem_ + kCountAt); }
   __device__ __forceinline__ uint64_t region() const {
     uint32_t lo, hi;
     asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "r"(smem_ + kRegionAt) : "memory");
@@ -238,18 +239,16 @@ struct Recorder<true, kRing> {
     const uint64_t region = uint64_t(cta) * buf.regions_per_cta + slot;
     const uint64_t addr = reinterpret_cast<uint64_t>(buf.data + region * (kHeaderWords + uint64_t(buf.capacity) * kRecordWords));
     smem_ = smem;
-    count_ = 0;
     const uint64_t ns = globaltimer_ns(), clk = clock_cycles();
-    base_clk_ = uint32_t(clk);
     if (leader()) {
       sts4(smem, uint32_t(ns), uint32_t(ns >> 32), 0u, smid());
       sts4(smem + 16, cta, (threadIdx.x / 32) | (uint32_t(role) << 16), 0u, buf.capacity);
-      sts4(smem + 32, uint32_t(clk), uint32_t(clk >> 32), 0u, 0u);
+      sts4(smem + 32, uint32_t(clk), uint32_t(clk >> 32), 0u /* the count */, 0u);
       sts4(smem + 48, 0u, 0u, uint32_t(addr), uint32_t(addr >> 32));
     }
   }
 
-  __device__ __forceinline__ uint32_t now() const { return smem_ == 0 ? 0u : uint32_t(clock_cycles()) - base_clk_; }
+  __device__ __forceinline__ uint32_t now() const { return smem_ == 0 ? 0u : uint32_t(clock_cycles()); }
 
   template <class TagT>
   __device__ __forceinline__ uint32_t record(TagT tag, uint32_t start, uint32_t tile = kNoTile,
@@ -260,32 +259,39 @@ struct Recorder<true, kRing> {
     return end;
   }
 
-  // One predicated 16-byte shared store by lane 0. Entering a half of the ring, first let the copy
-  // that last read it finish reading (it was issued at least half a ring ago: no wait in practice;
-  // the copy of the other half cannot have been issued yet, as that half only filled just now).
+  // The count read by every lane (one broadcast load), then the record and the new count stored by
+  // lane 0 (predicated: the warp never branches). No "memory" clobber, so the compiler may schedule
+  // the kernel's own code around it; volatile asm keeps the three in order. Entering a half of the
+  // ring, first let the copy that last read it finish reading (it was issued at least half a ring
+  // ago: no wait in practice; the copy of the other half cannot have been issued yet, as that half
+  // only filled just now).
   template <class TagT>
   __device__ __forceinline__ void record_span(TagT tag, uint32_t start, uint32_t end, uint32_t tile = kNoTile,
                                               uint32_t kblock = kNoKBlock) {
     if (smem_ == 0) return;
-    if (count_ % kHalf == 0 && leader()) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-    const uint32_t a = smem_ + kHeaderWords * 4 + (count_ % kRing) * kRecordWords * 4;
+    uint32_t n;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(n) : "r"(smem_ + kCountAt));
+    if (n % kHalf == 0 && leader()) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    const uint32_t a = smem_ + kHeaderWords * 4 + (n % kRing) * kRecordWords * 4;
     asm volatile(
-        "{\n .reg .pred p;\n setp.eq.u32 p, %5, 0;\n @p st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n}" ::"r"(a),
-        "r"(start), "r"(end), "r"(tile), "r"(uint32_t(tag) | (kblock << 8)), "r"(threadIdx.x % 32));
-    ++count_;
+        "{\n .reg .pred p;\n setp.eq.u32 p, %5, 0;\n @p st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n"
+        " @p st.shared.u32 [%6], %7;\n}" ::"r"(a),
+        "r"(start), "r"(end), "r"(tile), "r"(uint32_t(tag) | (kblock << 8)), "r"(threadIdx.x % 32),
+        "r"(smem_ + kCountAt), "r"(n + 1));
   }
 
   // Copy every full half of the ring not yet copied to the region.
   __device__ __forceinline__ void poll() const {
     if (smem_ == 0 || !leader()) return;
     uint32_t flushed = lds(smem_ + kFlushedAt);
+    const uint32_t n = count();
 #ifdef GEMMTRACE_DEBUG
-    if (count_ - flushed > kRing) __trap();  // records were overwritten before being copied: poll more often
+    if (n - flushed > kRing) __trap();  // records were overwritten before being copied: poll more often
 #endif
     // At most two halves are full (the contract above); a rolled loop keeps every poll site's code
     // short (unrolled, it took some 150 instructions a site, laid out inside the hot loops).
 #pragma unroll 1
-    while (count_ - flushed >= kHalf) {
+    while (n - flushed >= kHalf) {
       copy(flushed, kHalf);
       flushed += kHalf;
     }
@@ -315,13 +321,13 @@ struct Recorder<true, kRing> {
   // profiled kernel is short (bench/NOTES.md).
   __device__ __forceinline__ void finish() {
     if (smem_ == 0 || !leader()) return;
-    const uint32_t flushed = lds(smem_ + kFlushedAt);
+    const uint32_t flushed = lds(smem_ + kFlushedAt), n = count();
 #ifdef GEMMTRACE_DEBUG
-    if (count_ - flushed > kRing) __trap();  // records were overwritten before being copied: poll more often
+    if (n - flushed > kRing) __trap();  // records were overwritten before being copied: poll more often
 #endif
     const uint32_t capacity = lds(smem_ + kCapacityAt);
     uint32_t* const dst = reinterpret_cast<uint32_t*>(region());
-    const uint32_t last = min(count_, capacity);
+    const uint32_t last = min(n, capacity);
     // At most kRing records, four at a time: their shared loads issued together, then their stores.
 #pragma unroll 1
     for (uint32_t first = flushed; first < last; first += 4) {
@@ -335,11 +341,11 @@ struct Recorder<true, kRing> {
     }
     const uint64_t clk = clock_cycles(), ns = globaltimer_ns();
     uint4 h0 = lds4(smem_), h1 = lds4(smem_ + 16), h2 = lds4(smem_ + 32);
-    h0.z = kMagic, h1.z = count_, h2.z = uint32_t(clk), h2.w = uint32_t(clk >> 32);
+    h0.z = kMagic, h1.z = n, h2.z = uint32_t(clk), h2.w = uint32_t(clk >> 32);
     stg4(dst, h0);
     stg4(dst + 4, h1);
     stg4(dst + 8, h2);
-    stg4(dst + 12, make_uint4(uint32_t(ns), uint32_t(ns >> 32), 0u, 0u));
+    stg4(dst + 12, make_uint4(uint32_t(ns), uint32_t(ns >> 32), kRawClocks, 0u));
     asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
   }
 };
