@@ -218,6 +218,12 @@ def decode(buffer: np.ndarray, layout: BufferLayout, tags: "tagdefs.Tags | str |
     cap_seen = head[:, 7].astype(np.int64)
     if np.any(complete & (cap_seen != layout.capacity)):
         raise GemmtraceError("profiler buffer headers disagree with the host's capacity: the buffer is corrupt.")
+    unknown_flags = complete & ((head[:, FLAGS_WORD] & ~np.uint32(RAW_CLOCKS)) != 0)
+    if np.any(unknown_flags):
+        i = int(np.argmax(unknown_flags))
+        raise GemmtraceError(
+            f"the profiler header of SM {int(head[i, 3])} warp {int(head[i, 5] & 0xFFFF)} has flags {int(head[i, FLAGS_WORD]):#x}, "
+            f"which this gemmtrace does not know: the buffer is corrupt, or was written by a newer profiler.cuh.")
     stored = np.minimum(count, layout.capacity)
     dropped = count - stored
     regions = pd.DataFrame(

@@ -116,6 +116,10 @@ def test_corrupt_buffers_are_clear_errors():
     buf[HEADER_WORDS + 3] = 0xEE  # unknown tag id
     with pytest.raises(GemmtraceError, match="unknown tag"):
         decode(buf, lay)
+    buf = make_buffer(lay, [({"base": 10, "sm": 0, "cta": 0, "warp": 0, "role": "consumer", "raw": True}, [])])
+    buf[FLAGS_WORD] |= 0x80  # a flag this decoder does not know
+    with pytest.raises(GemmtraceError, match="flags 0x81.*corrupt"):
+        decode(buf, lay)
     buf = make_buffer(lay, [({"base": 10, "sm": 0, "cta": 0, "warp": 0, "role": "consumer"}, [])])
     buf[7] = 99  # header capacity disagrees with the host
     with pytest.raises(GemmtraceError, match="corrupt"):

@@ -261,8 +261,8 @@ struct Recorder<true, kRing> {
   }
 
   // The count read by every lane (one broadcast load), then the record and the new count stored by
-  // lane 0 (predicated: the warp never branches). No "memory" clobber, so the compiler may schedule
-  // the kernel's own code around it; volatile asm keeps the three in order. Entering a half of the
+  // lane 0 under a predicate. No "memory" clobber, so the compiler may schedule the kernel's own
+  // code around it; volatile asm keeps the three in order. Entering a half of the
   // ring, first let the copy that last read it finish reading (it was issued at least half a ring
   // ago: no wait in practice; the copy of the other half cannot have been issued yet, as that half
   // only filled just now).
