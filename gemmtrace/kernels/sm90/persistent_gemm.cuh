@@ -146,6 +146,13 @@ __device__ __forceinline__ int per_thread_zero() {
   return zero;
 }
 
+// One lane of the converged warp, chosen by elect.sync: one instruction, no register held.
+__device__ __forceinline__ bool elect_one() {
+  uint32_t elected;
+  asm volatile("{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n selp.u32 %0, 1, 0, p;\n}" : "=r"(elected));
+  return elected != 0;
+}
+
 template <class S, class = void>
 struct SplitsK : std::false_type {};
 template <class S>
@@ -345,8 +352,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t epi_start = 0;
     // Release stage ps to the producer of each CTA of the cluster (the peer's producer drains these
     // arrives before its CTA leaves: see the producer's exit).
+    // The lane that arrives: lane 0 where the consumer has a register to hold that test in. Past 128
+    // accumulators a thread (192x192) its profiled build had none, and ptxas recomputed the test
+    // from %tid at each release: an S2R and four dependent instructions among the k-block's wgmma.
+    // There elect.sync picks the lane: 0.8-1.5 us off the profiled 192x192/c2 at 4160^3 and
+    // 0.2-1.0 us off its plain build on the H100. Elsewhere lane 0: the 64x64/c2 tile, which holds
+    // the test, ran 0.4 us slower at 512x1024x8192 with elect.sync (bench/NOTES.md).
     auto release = [&](int ps) {
-      if (lane == 0) {
+      if (T::kAccFloat4s > 32 ? elect_one() : lane == 0) {
         mbarrier_arrive(empty(ps));
         if constexpr (kCluster > 1) mbarrier_arrive_cluster(empty(ps), peer);
       }
