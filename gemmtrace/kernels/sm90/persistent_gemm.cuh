@@ -355,8 +355,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The lane that arrives: lane 0 where the consumer has a register to hold that test in. Past 128
     // accumulators a thread (192x192) its profiled build had none, and ptxas recomputed the test
     // from %tid at each release: an S2R and four dependent instructions among the k-block's wgmma.
-    // There elect.sync picks the lane: 0.8-1.5 us off the profiled 192x192/c2 at 4160^3 and
-    // 0.2-1.0 us off its plain build on the H100. Elsewhere lane 0: the 64x64/c2 tile, which holds
+    // There elect.sync picks the lane: 0.8-1.5 us off the profiled 192x192/c2 at 4160^3 and up to
+    // 1.0 us off its plain build on the H100. Elsewhere lane 0: the 64x64/c2 tile, which holds
     // the test, ran 0.4 us slower at 512x1024x8192 with elect.sync (bench/NOTES.md).
     auto release = [&](int ps) {
       if (T::kAccFloat4s > 32 ? elect_one() : lane == 0) {
