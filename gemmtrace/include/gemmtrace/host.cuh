@@ -27,7 +27,8 @@ struct GtArgs {
   void* stream;                // cudaStream_t
   int32_t num_sms;
   int32_t max_ctas;            // persistent kernels: 0 = one per SM (or cluster); else a cap
-  const int32_t* tile_order;   // persistent kernels: the tile (or cluster tile) ids in visiting order
+  const int32_t* tile_order;   // persistent kernels: the tile (or cluster tile) ids in visiting order;
+                               // needed for any order but row (require_order_table)
   int32_t debug_fault;         // debug builds: 1 = the producer drops its first load (tests bounded waits)
   int32_t variant;             // kernels with several builds of one idea (v10's tiles): 0 = its rule picks
   void* workspace;             // GtPlan::workspace_bytes of device memory, zeroed once (null when 0 bytes)
@@ -59,6 +60,16 @@ inline int fail(char* err, int errlen, const char* fmt, ...) {
     va_end(ap);
   }
   return 1;
+}
+
+// A tile order other than row order (GtArgs.order 1 snake, 2 Hilbert) reaches a kernel as the table
+// the host builds (gemmtrace/tile_order.py). Without it the kernel would walk row order while its
+// plan (v10's tail split) assumed the order asked for: refused here, for the kernels that read one.
+inline int require_order_table(const GtArgs* args, char* err, int errlen) {
+  if (args->order != 0 && args->tile_order == nullptr)
+    return fail(err, errlen, "tile order %s needs its table in GtArgs.tile_order (gemmtrace.tile_order.tile_order builds it)",
+                args->order == 1 ? "snake" : args->order == 2 ? "hilbert" : "(unknown)");
+  return 0;
 }
 
 inline int check_cuda(cudaError_t e, const char* what, char* err, int errlen) {

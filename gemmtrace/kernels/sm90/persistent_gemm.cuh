@@ -176,7 +176,8 @@ struct StaticScheduler {
   const int32_t* order;
   int units, grid_n, clusters, next;
 
-  static int params(const GtArgs* args, Params* p, char*, int) {
+  static int params(const GtArgs* args, Params* p, char* err, int errlen) {
+    if (kOrdered && host::require_order_table(args, err, errlen)) return 1;
     p->order = kOrdered ? args->tile_order : nullptr;
     return 0;
   }

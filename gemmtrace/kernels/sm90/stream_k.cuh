@@ -353,6 +353,7 @@ struct Scheduler {
   int rounds = 0;  // exchanges this consumer warpgroup has made
 
   static int params(const GtArgs* args, Params* out, char* err, int errlen) {
+    if (host::require_order_table(args, err, errlen)) return 1;
     const Partition part = partition_of<T>(args, kMinGainPct, kParallelFixup, kTailSplit);
     const int64_t bytes = workspace_bytes<T>(part);
     if (bytes > 0 && args->workspace == nullptr)

@@ -77,6 +77,7 @@ struct DynamicScheduler {
   int index_ = -1;  // position in the tile order of the current tile
 
   static int params(const GtArgs* args, Params* out, char* err, int errlen) {
+    if (host::require_order_table(args, err, errlen)) return 1;
     if (args->tile_counter == nullptr)
       return host::fail(err, errlen, "dynamic scheduling needs a tile counter (a zeroed int32 in device memory)");
     *out = Params{args->tile_order, args->tile_counter};
