@@ -376,7 +376,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
       named_barrier_sync(1 + cw, 128);
       if (issuer) {
-        // (one row group: the panels run along the columns; more: kCols panels a row group)
+        // (one row group: the panels run along the columns; more: kCols panels a row group). The
+        // general form alone gives the same values, but ptxas then builds v10's 128x256/c2 k-loop
+        // descriptors in ordinary registers (6-10 more instructions a k-block): keep the branch.
         const int col = T::kRowGroups == 1 ? T::col0(cw) + p * T::kPanelCols : T::col0(cw) + (p % kCols) * T::kPanelCols;
         const int row = T::kRowGroups == 1 ? T::row0(cw) : T::row0(cw) + (p / kCols) * 64;
         tma_store_2d(&tmap_c, panel, prev_n * BN + col, prev_m * BM + row);
