@@ -79,6 +79,14 @@ __device__ __forceinline__ uint64_t clock_cycles() {
   return t;
 }
 
+// A recording warp's base time: the global timer and the cycle counter, read together. init() reads
+// its own; given one read earlier, it lets a kernel set its recorders up later (under a barrier, say)
+// and still record a span that starts at the stamp (uint32_t(stamp.clk) is that span's start).
+struct ClockStamp {
+  uint64_t ns, clk;
+};
+__device__ __forceinline__ ClockStamp clock_stamp() { return ClockStamp{globaltimer_ns(), clock_cycles()}; }
+
 __device__ __forceinline__ uint32_t smid() {
   uint32_t id;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
@@ -102,6 +110,8 @@ struct Recorder<false, kRing> {
   static constexpr uint32_t kSmemBytes = 0;
   template <class RoleT>
   __device__ __forceinline__ void init(const ProfileBuffer&, uint32_t, RoleT, uint32_t = 0) {}
+  template <class RoleT>
+  __device__ __forceinline__ void init(const ProfileBuffer&, uint32_t, RoleT, uint32_t, ClockStamp) {}
   __device__ __forceinline__ uint32_t now() const { return 0; }
   template <class TagT>
   __device__ __forceinline__ uint32_t record(TagT, uint32_t, uint32_t = kNoTile, uint32_t = kNoKBlock) { return 0; }
@@ -122,13 +132,17 @@ struct Recorder<true, 0> {
   //          7 capacity, 8-9 base cycles (%clock64), 10-11 end cycles, 12-13 end ns, 14 flags, 15 zero]
   template <class RoleT>
   __device__ __forceinline__ void init(const ProfileBuffer& buf, uint32_t slot, RoleT role, uint32_t = 0) {
+    init(buf, slot, role, 0u, clock_stamp());
+  }
+  template <class RoleT>
+  __device__ __forceinline__ void init(const ProfileBuffer& buf, uint32_t slot, RoleT role, uint32_t, ClockStamp base) {
     const uint32_t cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     const uint64_t region = uint64_t(cta) * buf.regions_per_cta + slot;
     region_ = buf.data + region * (kHeaderWords + uint64_t(buf.capacity) * kRecordWords);
     const bool leader = (threadIdx.x % 32) == 0;
     capacity_ = leader ? buf.capacity : 0u;
     count_ = 0;
-    const uint64_t ns = globaltimer_ns(), clk = clock_cycles();
+    const uint64_t ns = base.ns, clk = base.clk;
     if (leader) {  // the magic word stays 0 until finish(): an unfinished region is never decoded
       uint32_t* h = region_;
       st_global_v4(h, uint32_t(ns), uint32_t(ns >> 32), 0u, smid());
@@ -236,11 +250,15 @@ struct Recorder<true, kRing> {
 
   template <class RoleT>
   __device__ __forceinline__ void init(const ProfileBuffer& buf, uint32_t slot, RoleT role, uint32_t smem) {
+    init(buf, slot, role, smem, clock_stamp());
+  }
+  template <class RoleT>
+  __device__ __forceinline__ void init(const ProfileBuffer& buf, uint32_t slot, RoleT role, uint32_t smem, ClockStamp base) {
     const uint32_t cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     const uint64_t region = uint64_t(cta) * buf.regions_per_cta + slot;
     const uint64_t addr = reinterpret_cast<uint64_t>(buf.data + region * (kHeaderWords + uint64_t(buf.capacity) * kRecordWords));
     smem_ = smem;
-    const uint64_t ns = globaltimer_ns(), clk = clock_cycles();
+    const uint64_t ns = base.ns, clk = base.clk;
     if (leader()) {
       sts4(smem, uint32_t(ns), uint32_t(ns >> 32), 0u, smid());
       sts4(smem + 16, cta, (threadIdx.x / 32) | (uint32_t(role) << 16), 0u, buf.capacity);
