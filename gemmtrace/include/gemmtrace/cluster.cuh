@@ -35,7 +35,7 @@ __device__ __forceinline__ void cluster_sync() {
 // need not wait for every earlier memory operation. The release form cost the persistent kernels
 // about 0.5 us at the start of every launch on the H100 (their setup span: 0.7 against 0.2 us).
 // In two halves, work that needs nobody's initialisation can run between them while the barrier
-// completes (the persistent kernels read their cold parameters there).
+// completes (the persistent kernels set up their recorders there).
 __device__ __forceinline__ void cluster_arrive_after_init() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_sync_after_init() {
@@ -46,10 +46,6 @@ __device__ __forceinline__ void cluster_sync_after_init() {
 // Synchronize `threads` threads (a multiple of 32) on named barrier `id` (1..15; 0 is __syncthreads).
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-// Arrive on named barrier `id` without waiting (the others bar.sync on it).
-__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 }  // namespace gemmtrace

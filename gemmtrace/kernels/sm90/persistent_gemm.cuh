@@ -118,13 +118,9 @@ struct Tile {
 };
 using Tile128x256 = Tile<128, 256, 2, 4>;  // v6-v9
 
-// Shared memory: the pipeline, the tile scheduler's own (16-byte aligned), the profiler's rings, and a
-// word the parameters' first reads are stored to (gemm_persistent's setup).
-constexpr int kWarmBytes = 16;
+// Shared memory: the pipeline, the tile scheduler's own (16-byte aligned), the profiler's rings.
 template <class T, class TileScheduler>
-constexpr int smem_bytes() {
-  return T::kPipelineBytes + (TileScheduler::kSmemBytes + 15) / 16 * 16 + kRecorderBytes + kWarmBytes;
-}
+constexpr int smem_bytes() { return T::kPipelineBytes + (TileScheduler::kSmemBytes + 15) / 16 * 16 + kRecorderBytes; }
 // What a bounded wait reports as its barrier (debug.cuh); kPartialFlag: a global flag (v9).
 // kExchangeFull/kExchangeFree: a k-split tile's pieces received, and read by the peers (stream_k.cuh).
 // kClaimedBarrier, kReadBarrier, kRequestBarrier: v8's claim ring and its claim thread's requests.
@@ -230,27 +226,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   Recorder<kProfile, kRecordRing> rec;
   const uint32_t rec_smem = sched_smem + (TileScheduler::kSmemBytes + 15) / 16 * 16;
-  // The kernel's parameters come through the constant cache, cold at launch: each line's first read
-  // waits on memory. The producer's path to its first loads met them one after another (the profile
-  // buffer's, the scheduler's, grid_n's), 0.3-0.4 us each on the H100. So what needs no initialised
-  // barrier runs while the cluster barrier completes (setup_under_barrier): the recording warps set
-  // up their recorders, from a base time read here, where the setup span starts; and warp 3, idle in
-  // the producer's warpgroup, reads the scheduler's first field and the scalars and stores what it
-  // read (a read nobody uses is dropped). By name: read through its address (__grid_constant__),
-  // sched_params cost three large tiles' profiled k-loops a register (bench/NOTES.md).
+  // The recorders are set up while the cluster barrier completes: init reads the profile buffer's
+  // kernel parameter, a cold constant-cache line at launch (0.3-0.4 us on the H100), and thread 0,
+  // a recording thread, initialised the barriers only after it. The setup span still starts here,
+  // at the base time read now. (Warp 3 warming the scheduler's parameters there as well cost v8's
+  // plain build 0.2-0.3 us at 6144x6144x1096 in four runs; bench/NOTES.md.)
   const ClockStamp entry = kProfile && warp % 4 == wg ? clock_stamp() : ClockStamp{0, 0};
   uint32_t t = uint32_t(entry.clk);
-  const uint32_t warm_smem = rec_smem + kRecorderBytes;
-  auto setup_under_barrier = [&] {
+  auto init_recorder = [&] {
     // Recording warps: the producer (warp 0) and warps 5 and 10, one per SM sub-partition (warp % 4),
     // so no scheduler issues for all three.
     if (warp % 4 == wg)
       rec.init(prof, wg, wg == 0 ? Role::PRODUCER : Role::CONSUMER, rec_smem + wg * Recorder<true, kRecordRing>::kSmemBytes, entry);
-    if (warp == 3) {
-      uint32_t x = uint32_t(grid_m_groups) ^ uint32_t(grid_n) ^ uint32_t(num_kb) ^ cluster_index() ^ cluster_count();
-      x ^= uint32_t(reinterpret_cast<uintptr_t>(sched_params.order));
-      asm volatile("st.shared.u32 [%0], %1;" ::"r"(warm_smem), "r"(x) : "memory");  // every lane, the same word
-    }
   };
   if (tid == 0) {
     tma_prefetch_descriptor(&tmap_a);
@@ -266,12 +253,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The peers' barriers are initialised before anyone multicasts, stores or arrives on them.
   if constexpr (T::kClusterCTAs > 1) {
     cluster_arrive_after_init();
-    setup_under_barrier();
+    init_recorder();
     cluster_wait();
-  } else {  // warp 3 only arrives: it touches no barrier before leaving
-    if (warp == 3) named_barrier_arrive(0, kThreads);
-    setup_under_barrier();
-    if (warp != 3) named_barrier_sync(0, kThreads);
+  } else {
+    init_recorder();
+    __syncthreads();
   }
   t = rec.record(Tag::SETUP, t);
 
