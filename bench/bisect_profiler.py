@@ -41,8 +41,8 @@ TMA_POLL = (TMA_REC + "\n        rec.poll();\n", TMA_REC + "\n")
 MMA_POLL = (MMA_REC + "\n        rec.poll();\n", MMA_REC + "\n")
 # The recorder compiled in but never initialised (a condition false at run time): what the recording
 # code costs by being there, apart from running.
-INIT = "  if (warp % 4 == wg)\n    rec.init("
-INIT_NEVER = "  if (warp % 4 == wg && prof.capacity == 0xFFFFFFFFu)\n    rec.init("
+INIT = "    if (warp % 4 == wg)\n      rec.init("
+INIT_NEVER = "    if (warp % 4 == wg && prof.capacity == 0xFFFFFFFFu)\n      rec.init("
 # Each substitution: (file, old, new), file "persistent" or "stream_k".
 VARIANTS = {
     "full": [],
