@@ -18,10 +18,20 @@ from .tile_order import SNAKE_BAND
 # Time to move one warpgroup's fp32 partial through L2, in k-blocks of mainloop time.
 FIXUP_KBLOCKS = 2
 PARALLEL_FIXUP_KBLOCKS = 12  # v10's parallel fix-up: store, the wait, slices read back (measured ~5 us)
-# Weighed against the parallel fix-up where its segments keep their own slices and a tile has at
-# least SPREAD_MIN_KBLOCKS k-blocks, a serial split k-block counts SERIAL_SPLIT_KBLOCK_COST times.
+# Weighed against the parallel fix-up where its segments keep their own slices, a serial split
+# k-block counts SERIAL_SPLIT_KBLOCK_COST times where a tile has at least SPREAD_MIN_KBLOCKS k-blocks,
+# SHORT_SPREAD_KBLOCK_COST times from SHORT_SPREAD_MIN_KBLOCKS (the kernel's spread_kblock_cost).
 SERIAL_SPLIT_KBLOCK_COST = 2.0
 SPREAD_MIN_KBLOCKS = 256
+SHORT_SPREAD_KBLOCK_COST = 1.2
+SHORT_SPREAD_MIN_KBLOCKS = 128
+
+
+def spread_kblock_cost(num_kb: int) -> float:
+    """What a serial split k-block counts against the parallel fix-up (the kernel's spread_kblock_cost)."""
+    if num_kb >= SPREAD_MIN_KBLOCKS:
+        return SERIAL_SPLIT_KBLOCK_COST
+    return SHORT_SPREAD_KBLOCK_COST if num_kb >= SHORT_SPREAD_MIN_KBLOCKS else 1.0
 _MAX_SPLIT_ITERS = 1 << 30  # beyond this many split k-blocks the kernel keeps every tile whole
 
 
@@ -154,10 +164,9 @@ def partition(units: int, num_kb: int, max_workers: int, min_gain_pct: int = 0,
     tail split where it pays), or with `parallel_fixup` and fewer
     tiles than clusters every tile cut on its own into floor(clusters / tiles) segments, one cluster
     each, whichever leaves the busiest cluster fewer k-blocks (the parallel fix-up counted as
-    PARALLEL_FIXUP_KBLOCKS; the serial split's k-blocks SERIAL_SPLIT_KBLOCK_COST times each where
-    the segments keep their own slices, `slot_float4s` float4s a thread in a consumer's partial, and
-    a tile has SPREAD_MIN_KBLOCKS k-blocks or more); at most `hbm_segments` segments a tile where
-    that is given."""
+    PARALLEL_FIXUP_KBLOCKS; the serial split's k-blocks spread_kblock_cost(num_kb) times each where
+    the segments keep their own slices, `slot_float4s` float4s a thread in a consumer's partial); at
+    most `hbm_segments` segments a tile where that is given."""
     w_all = max(1, max_workers)
     serial = _tail_partition(units, num_kb, w_all, tail_slowdown,
                              _serial_partition(units, num_kb, max_workers, min_gain_pct))
@@ -169,8 +178,7 @@ def partition(units: int, num_kb: int, max_workers: int, min_gain_pct: int = 0,
     p = Partition(units, num_kb, units * segments, 0, num_kb // segments, num_kb % segments, segments)
     busiest = p.busiest_kblocks()
     serial_whole = serial.whole_kblocks()
-    split_cost = (SERIAL_SPLIT_KBLOCK_COST if keeps_own_slice(segments, slot_float4s) and num_kb >= SPREAD_MIN_KBLOCKS
-                  else 1.0)
+    split_cost = spread_kblock_cost(num_kb) if keeps_own_slice(segments, slot_float4s) else 1.0
     serial_cost = serial_whole + split_cost * (serial.busiest_kblocks() - serial_whole)
     if busiest < serial_cost and busiest * 100 < num_kb * (100 - min_gain_pct):
         return p

@@ -215,8 +215,9 @@ V9_SHAPES = [(256, 256, 16384), (512, 1024, 8192), (64, 8192, 4096), (4160, 4160
 V10_SHAPES = [(256, 256, 16384), (64, 8192, 4096), (64, 128, 16384), (1000, 1496, 520), (333, 1032, 712), (4160, 4160, 4160),
               (512, 640, 16384)]
 # The rule's choice where the parallel fix-up sums each thread's share in one round trip (64x64/c2
-# with 8 and 4 segments a tile), on shapes that are not multiples of the tile or of 64 in K.
-V10_RULE_SHAPES = [(250, 248, 16008), (100, 1000, 16392)]
+# with 8 and 4 segments a tile, 128x128/c2 with 4), on shapes that are not multiples of the tile or
+# of 64 in K; the last with 128 k-blocks, where the serial split counts 1.2 times against it.
+V10_RULE_SHAPES = [(250, 248, 16008), (100, 1000, 16392), (504, 1016, 16008), (1016, 504, 8184)]
 STREAM_K_CASES = ([("v9", 0, s) for s in V9_SHAPES] + [("v10", 0, s) for s in V9_SHAPES + V10_RULE_SHAPES]
                   + [("v10", v, s) for v in range(1, len(registry.get("v10").tiles) + 1) for s in V10_SHAPES])
 

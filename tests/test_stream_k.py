@@ -88,16 +88,28 @@ def test_parallel_partition_cuts_each_tile_on_its_own(units, num_kb, workers):
 
 
 def test_parallel_fixup_weighed_against_the_serial_split_spread_where_segments_keep_their_slices():
-    """Where the parallel fix-up's segments keep their own slices (few segments a tile) and a tile has
-    at least SPREAD_MIN_KBLOCKS k-blocks, the serial split's k-blocks count SERIAL_SPLIT_KBLOCK_COST
-    times in the choice; one k-block fewer, or with the slices not kept, they count once."""
-    from gemmtrace.stream_k import SPREAD_MIN_KBLOCKS, keeps_own_slice
+    """Where the parallel fix-up's segments keep their own slices (few segments a tile), the serial
+    split's k-blocks count SERIAL_SPLIT_KBLOCK_COST times in the choice where a tile has at least
+    SPREAD_MIN_KBLOCKS k-blocks, SHORT_SPREAD_KBLOCK_COST times from SHORT_SPREAD_MIN_KBLOCKS, and
+    once below that or with the slices not kept."""
+    from gemmtrace.stream_k import (SERIAL_SPLIT_KBLOCK_COST, SHORT_SPREAD_KBLOCK_COST, SHORT_SPREAD_MIN_KBLOCKS,
+                                    SPREAD_MIN_KBLOCKS, keeps_own_slice, spread_kblock_cost)
 
     assert keeps_own_slice(6, 16) and not keeps_own_slice(7, 16) and keeps_own_slice(4, 8) and not keeps_own_slice(5, 8)
+    assert spread_kblock_cost(SPREAD_MIN_KBLOCKS) == SERIAL_SPLIT_KBLOCK_COST
+    assert spread_kblock_cost(SPREAD_MIN_KBLOCKS - 1) == spread_kblock_cost(SHORT_SPREAD_MIN_KBLOCKS) == SHORT_SPREAD_KBLOCK_COST
+    assert spread_kblock_cost(SHORT_SPREAD_MIN_KBLOCKS - 1) == 1.0
     # 10 tiles of 128x128/c2 (16 float4s a thread) on 66 clusters: 6 segments a tile
     p = partition(10, SPREAD_MIN_KBLOCKS, 66, 10, parallel_fixup=True, slot_float4s=16)
     assert p.parallel == 6 and keeps_own_slice(p.parallel, 16)
-    assert not partition(10, SPREAD_MIN_KBLOCKS - 1, 66, 10, parallel_fixup=True, slot_float4s=16).parallel
+    assert partition(10, SPREAD_MIN_KBLOCKS - 1, 66, 10, parallel_fixup=True, slot_float4s=16).parallel == 6
+    assert not partition(10, SHORT_SPREAD_MIN_KBLOCKS - 1, 66, 10, parallel_fixup=True, slot_float4s=16).parallel
+    # 16 such tiles on 66 clusters with 128 k-blocks (512x1024x8192): 4 segments of 32 k-blocks and
+    # 12 for the fix-up (44) against a serial split of 31-32 k-blocks and 5 partials moved (42), which
+    # counted 1.2 times (50.4) loses; with 127 k-blocks it counts once and the serial split stays.
+    p = partition(16, SHORT_SPREAD_MIN_KBLOCKS, 66, 10, parallel_fixup=True, slot_float4s=16)
+    assert p.parallel == 4 and p.busiest_kblocks() == 44
+    assert not partition(16, SHORT_SPREAD_MIN_KBLOCKS - 1, 66, 10, parallel_fixup=True, slot_float4s=16).parallel
     # the same with 64x64 tiles' 8 float4s: 6 segments do not keep their slices, and the serial split stays
     assert not partition(10, SPREAD_MIN_KBLOCKS, 66, 10, parallel_fixup=True, slot_float4s=8).parallel
     # v10 at 512x640x16384 with 128x128/c2 (the rule's pick there)

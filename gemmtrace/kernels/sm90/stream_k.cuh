@@ -25,8 +25,8 @@
 //   the busiest cluster fewer k-blocks. Each tile is cut on its own so that no cluster straddles two
 //   tiles: one that did published two partials and summed two slices, one after the other, while
 //   the next tile's segments waited for it (up to 5 us at 256x512x8192, bench/NOTES.md).
-//   (Where the segments keep their own slices and K_b >= kSpreadMinKBlocks, the serial split's
-//   k-blocks count kSerialSplitKBlockCost times in that comparison.)
+//   (Where the segments keep their own slices, the serial split's k-blocks count more in that
+//   comparison, as they run out of step: spread_kblock_cost below.)
 // A unit is the part of one tile in one cluster's range. The unit holding a tile's k-block 0 is the
 // last unit of its cluster's range; it finishes the tile. Every other unit of a split tile is the
 // first unit of its cluster's range (a range starts inside a tile only there): it stores its fp32
@@ -84,6 +84,19 @@ constexpr int kParallelFixupKBlocks = 12;
 // change on 155, and 34 held out ran a median 17.6 % faster (12 slower, by up to 22 %).
 constexpr double kSerialSplitKBlockCost = 2.0;
 constexpr int kSpreadMinKBlocks = 256;
+// With 128 to 255 k-blocks a tile, such a k-block counts kShortSpreadKBlockCost whole ones: what out
+// of step costs a k-loop whose operands stay in L2, measured twice on the H100 (bench/NOTES.md):
+// loads alone started at spread k offsets take 1.22 times as long (bench/tma_intake.cu, 64x64/c2),
+// and 128x128/c2's k-loops at 512x1024x8192 ran 1.19 times as long split serially as cut for the
+// parallel fix-up. Weighed so, v10's picks change on 59 of 1734 shapes (all with K = 8192: a
+// median 7.0 % faster, 12 slower by up to 17 %, 8192x128x8192 by 6 %) and on 197 of 648 with
+// K = 10240 or 12288, of which every 4th (50, held out) ran a median 12.4 % faster, 6 slower by up
+// to 15 %. Most losses have M = 320 or 384: a cluster of two 128-row tiles with its second CTA empty.
+constexpr double kShortSpreadKBlockCost = 1.2;
+constexpr int kShortSpreadMinKBlocks = 128;
+__host__ __device__ constexpr double spread_kblock_cost(int num_kb) {
+  return num_kb >= kSpreadMinKBlocks ? kSerialSplitKBlockCost : num_kb >= kShortSpreadMinKBlocks ? kShortSpreadKBlockCost : 1.0;
+}
 
 // A unit of work; also the cursor through a cluster's list of units (the next one follows from it).
 struct Unit {
@@ -237,7 +250,7 @@ inline Partition make_partition(int units, int num_kb, int max_workers, int min_
   if (hbm_segments > 0) segments = std::min(segments, hbm_segments);
   const Partition parallel{units, num_kb, units * segments, 0, num_kb / segments, num_kb % segments, segments};
   const int64_t busiest = parallel.busiest_kblocks(), serial_whole = serial.whole_kblocks();
-  const double split_cost = keeps_own_slice(segments, slot_float4s) && num_kb >= kSpreadMinKBlocks ? kSerialSplitKBlockCost : 1.0;
+  const double split_cost = keeps_own_slice(segments, slot_float4s) ? spread_kblock_cost(num_kb) : 1.0;
   const double serial_cost = double(serial_whole) + split_cost * double(serial.busiest_kblocks() - serial_whole);
   if (double(busiest) < serial_cost && busiest * 100 < int64_t(num_kb) * (100 - min_gain_pct)) return parallel;
   return serial;
@@ -671,8 +684,8 @@ struct Scheduler {
   //   segments' one partial at a time, its share of the slice loaded at once (in chunks of up to 8
   //   float4s), S - 1 round trips a chunk.
   // - Where S divides the float4s a thread holds and the other segments' values of its share fit in
-  //   7 float4s (in_one_trip: 2, 4 and 8 segments on the tiles with 32 accumulators a thread), the
-  //   same, all of them loaded at once: one round trip (sum_shares).
+  //   12 float4s (in_one_trip: 2, 4 and 8 segments on the tiles with 32 accumulators a thread, 4 on
+  //   those with 64), the same, all of them loaded at once: one round trip (sum_shares).
   // - With more, that share is a float4 or none and S - 1 round trips are too many: the slice is cut
   //   in float2s over every thread, each loading up to 12 partials at once (reduce_slice).
   template <class Rec, class Sync>
@@ -695,9 +708,13 @@ struct Scheduler {
   // float4s of every thread, and where the other segments' values of them fit in kOneTripFloat4s
   // registers' worth, a thread loads them all at once: one round trip (sum_shares). On the tiles
   // with 32 accumulators a thread (F = 8) that is 2, 4 and 8 segments; 8 took a round trip per
-  // float2 of the slice (reduce_slice), 4 one per segment. With more in flight ptxas interleaves the
-  // adds with the loads (seen with 14 float2s at once, and slower).
-  static constexpr int kOneTripFloat4s = 7;
+  // float2 of the slice (reduce_slice), 4 one per segment. With 64 (F = 16: 128x128, 64x256) it is 4
+  // segments, 12 float4s loaded at once: their reduce took 2.2 us in three round trips and takes
+  // 1.2-1.5 us in one on the H100, 2.5-3 % of four launches' time (bench/NOTES.md; ptxas issues the
+  // 12 loads before the first add, in two groups around the C store's bounds test). In reduce_slice's
+  // float2 batches more in flight made ptxas interleave the adds with the loads (14 float2s at once,
+  // and slower).
+  static constexpr int kOneTripFloat4s = 12;
   __host__ __device__ static constexpr bool fits_one_trip(int share) {
     return share <= kSlotFloat4s && kSlotFloat4s % share == 0 && kSlotFloat4s / share > 1 &&
            (kSlotFloat4s / share - 1) * share <= kOneTripFloat4s;
