@@ -32,6 +32,8 @@ def spread_kblock_cost(num_kb: int) -> float:
     if num_kb >= SPREAD_MIN_KBLOCKS:
         return SERIAL_SPLIT_KBLOCK_COST
     return SHORT_SPREAD_KBLOCK_COST if num_kb >= SHORT_SPREAD_MIN_KBLOCKS else 1.0
+
+
 _MAX_SPLIT_ITERS = 1 << 30  # beyond this many split k-blocks the kernel keeps every tile whole
 
 
