@@ -710,7 +710,7 @@ struct Scheduler {
   // with 32 accumulators a thread (F = 8) that is 2, 4 and 8 segments; 8 took a round trip per
   // float2 of the slice (reduce_slice), 4 one per segment. With 64 (F = 16: 128x128, 64x256) it is 4
   // segments, 12 float4s loaded at once: their reduce took 2.2 us in three round trips and takes
-  // 1.2-1.5 us in one on the H100, 2.5-3 % of four launches' time (bench/NOTES.md; ptxas issues the
+  // 1.2-1.5 us in one on the H100, 2.4-3 % of four launches' time (bench/NOTES.md; ptxas issues the
   // 12 loads before the first add, in two groups around the C store's bounds test). In reduce_slice's
   // float2 batches more in flight made ptxas interleave the adds with the loads (14 float2s at once,
   // and slower).
