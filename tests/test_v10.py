@@ -134,6 +134,23 @@ def test_192x192_where_it_makes_whole_waves(v10):
     assert not choose((3072, 3072, 3072), lib=v10).split  # 1.94 waves: fewer than three
 
 
+def test_no_pairs_of_tall_tiles_whose_second_cta_has_no_rows(v10):
+    """A tile of 128 rows or more in a cluster of two is not weighed where M <= its rows: the second
+    CTA would have none (docs/kernels.md). At 128x1536x16384 128x128/c1 ran 32.1 us against 39.7 for
+    the pair on the H100. 64-row pairs are still weighed at M = 64 (their idle partner still loads
+    half of B), and 128-row pairs where M is above 128."""
+    tiles = registry.get("v10").tiles
+    for m, n, k in [(128, 1536, 16384), (80, 768, 24576), (128, 512, 32768), (100, 4096, 4096)]:
+        for (bm, _bn, cl, _st, sk), c in v10.tile_family(v10.args(m, n, k, num_sms=132)):
+            if cl == 2 and sk == 1 and bm >= 128:
+                assert not math.isfinite(c), (m, n, k, bm, c)
+        assert _choice(v10, m, n, k)[0] not in ("128x128/c2", "128x256/c2", "128x192/c2", "256x128/c2", "192x192/c2")
+    assert _choice(v10, 128, 1536, 16384)[0] == "128x128/c1"
+    assert math.isfinite(v10.tile_family(v10.args(64, 1024, 8192, num_sms=132))[tiles.index("64x64/c2")][1])
+    assert math.isfinite(v10.tile_family(v10.args(136, 1536, 16384, num_sms=132))[tiles.index("128x128/c2")][1])
+    assert math.isfinite(v10.tile_family(v10.args(200, 8192, 4096, num_sms=132))[tiles.index("192x192/c2")][1])
+
+
 def test_64x128_pairs_only_where_measured(v10):
     """Tile 11 (64x128/c2) is weighed only with M above 64 and K from 2048 to 8192 (docs/kernels.md);
     there it wins where 64-row tiles fill a wave with little or no split: at 512x2048x4096 (21.3

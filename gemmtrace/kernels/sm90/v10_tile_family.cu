@@ -149,6 +149,13 @@ double tile_cost(const GtArgs* args, int i) {
     // (The costs below count k-blocks, not useful flops, and would not see it.)
     using gemmtrace::host::ceil_div;
     if (T::BM > ceil_div(args->m, 64) * 64 || T::BN > ceil_div(args->n, 64) * 64) return std::numeric_limits<double>::infinity();
+    // Nor is a cluster of two along M of tiles with 128 rows or more where M <= BM: its second CTA has
+    // no rows, so every cluster computes one tile with two SMs, and the pair's measured throughput
+    // (B shared by two CTAs that both compute) does not apply. At M = 80-128 with long K the same
+    // tile shapes on single SMs ran 3-47 % faster on all 45 shapes timed (bench/NOTES.md). 64-row
+    // pairs stay weighed: their k-loops are load-bound, and the idle partner's half of B still feeds
+    // the computing CTA (not weighing them lost up to 15 % on 10 of 42 shapes at M = 64).
+    if (T::kCluster == 2 && T::BM >= 128 && args->m <= T::BM) return std::numeric_limits<double>::infinity();
     // 64x128/c2 only where it was measured to win (bench/NOTES.md): M above 64 (with one row of
     // 64-row tiles the second CTA of each pair computes nothing) and K from 2048 to 8192. At K = 1024
     // its clusters lost 3-8 % to 64x128/c1's single CTAs, and from K = 16384 it lost 1-10 % to the
