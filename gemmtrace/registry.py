@@ -194,7 +194,8 @@ KERNELS: dict[str, KernelSpec] = {
                    "128x128/k2", "64x64/c1", "64x64/c2", "64x128/c2", "192x192/c2"),
             rule=(
                 "tiles taller than M or wider than N (rounded up to 64) are not weighed, nor tiles of 128 rows or more in clusters of two where "
-                "M <= their rows (the second CTA would have none), nor 64x128/c2 where M <= 64 or K is outside 2048-8192 "
+                "M <= their rows (the second CTA would have none), nor 64x64/c2 where M <= 64 and its tiles split (64x64/c1 then weighs "
+                "no more than it would), nor 64x128/c2 where M <= 64 or K is outside 2048-8192 "
                 "(where it was measured); for each other tile, partition the work as the stream-K scheduler would (whole tiles for full waves, the "
                 "rest split only where that promises at least 10 % fewer k-blocks on the busiest cluster) and take "
                 "the k-blocks of the busiest cluster, counting 2 per partial tile it moves and every split k-block "

@@ -134,21 +134,30 @@ def test_192x192_where_it_makes_whole_waves(v10):
     assert not choose((3072, 3072, 3072), lib=v10).split  # 1.94 waves: fewer than three
 
 
-def test_no_pairs_of_tall_tiles_whose_second_cta_has_no_rows(v10):
+def test_no_pairs_whose_second_cta_has_no_rows(v10):
     """A tile of 128 rows or more in a cluster of two is not weighed where M <= its rows: the second
     CTA would have none (docs/kernels.md). At 128x1536x16384 128x128/c1 ran 32.1 us against 39.7 for
-    the pair on the H100. 64-row pairs are still weighed at M = 64 (their idle partner still loads
-    half of B), and 128-row pairs where M is above 128."""
+    the pair on the H100. 64x64 pairs at M <= 64 are weighed only where their tiles run whole (the
+    idle partner still loads half of B); where they split, 64x64/c1 runs instead (64x1024x2048 9.3
+    against 10.1 us). 128-row pairs above M = 128 are weighed as before."""
     tiles = registry.get("v10").tiles
+    pair, single = tiles.index("64x64/c2"), tiles.index("64x64/c1")
     for m, n, k in [(128, 1536, 16384), (80, 768, 24576), (128, 512, 32768), (100, 4096, 4096)]:
         for (bm, _bn, cl, _st, sk), c in v10.tile_family(v10.args(m, n, k, num_sms=132)):
             if cl == 2 and sk == 1 and bm >= 128:
                 assert not math.isfinite(c), (m, n, k, bm, c)
         assert _choice(v10, m, n, k)[0] not in ("128x128/c2", "128x256/c2", "128x192/c2", "256x128/c2", "192x192/c2")
     assert _choice(v10, 128, 1536, 16384)[0] == "128x128/c1"
-    assert math.isfinite(v10.tile_family(v10.args(64, 1024, 8192, num_sms=132))[tiles.index("64x64/c2")][1])
     assert math.isfinite(v10.tile_family(v10.args(136, 1536, 16384, num_sms=132))[tiles.index("128x128/c2")][1])
     assert math.isfinite(v10.tile_family(v10.args(200, 8192, 4096, num_sms=132))[tiles.index("192x192/c2")][1])
+    # 64x64 pairs at M <= 64: whole tiles in one wave keep the pair; split tiles go to single CTAs.
+    for m in (16, 64):
+        name, p = _choice(v10, m, 4096, 1024)
+        assert name == "64x64/c2" and p.workspace_bytes == 0, (m, name)
+        costs = [c for _t, c in v10.tile_family(v10.args(m, 1024, 2048, num_sms=132))]
+        assert not math.isfinite(costs[pair]) and math.isfinite(costs[single])
+        assert _choice(v10, m, 1024, 2048)[0] == "64x64/c1"
+    assert math.isfinite(v10.tile_family(v10.args(65, 1024, 2048, num_sms=132))[pair][1])  # two rows of tiles
 
 
 def test_64x128_pairs_only_where_measured(v10):

@@ -10,8 +10,8 @@
 // bytes a flop into each SM than 64x64 tiles where the loads set the pace, and 192x192 tiles make
 // whole waves on large shapes where the 128-row tiles leave a partial one.
 //
-// The rule (tile_cost below; `gemmtrace list` and docs/kernels.md say it in words): for each tile
-// of the family no taller than M and no wider than N (rounded up to 64), partition the work
+// The rule (tile_cost and rule_cost below; `gemmtrace list` and docs/kernels.md say it in words):
+// for each tile of the family no taller than M and no wider than N (rounded up to 64), partition the work
 // exactly as the stream-K scheduler would (whole tiles for full waves, the rest split where that
 // pays), take the k-blocks of the busiest cluster, count each split k-block (and serial fix-up)
 // kSplitKBlockCost times, and scale by the tile's time per k-block: its area relative to 128x256
@@ -19,8 +19,8 @@
 // parallel fix-up, split k-blocks count once, and the fix-up adds a fixed time and its partials'
 // bytes moved through L2. Under the snake order a grid of several waves may instead split only its
 // last partial wave (stream_k.cuh's tail split), counted by that split's own measured estimate.
-// The tile with the smallest
-// cost runs; one within 2 % of a tile earlier in the order of preference loses to it (the largest
+// A cluster of two along M whose second CTA has no rows gives way to single CTAs (tiles of 128 rows
+// or more always, 64x64 tiles where they split). The tile with the smallest cost runs; one within 2 % of a tile earlier in the order of preference loses to it (the largest
 // tile, 192x192/c2, first, then the list: larger tiles, multicast clusters first). Nothing in it
 // names a shape.
 //
@@ -29,6 +29,7 @@
 //
 // Shapes: any M, N >= 1 with N a multiple of 8 and K a multiple of 8.
 #include <limits>
+#include <type_traits>
 
 #include "stream_k.cuh"
 
@@ -152,9 +153,8 @@ double tile_cost(const GtArgs* args, int i) {
     // Nor is a cluster of two along M of tiles with 128 rows or more where M <= BM: its second CTA has
     // no rows, so every cluster computes one tile with two SMs, and the pair's measured throughput
     // (B shared by two CTAs that both compute) does not apply. At M = 80-128 with long K the same
-    // tile shapes on single SMs ran 3-47 % faster on all 45 shapes timed (bench/NOTES.md). 64-row
-    // pairs stay weighed: their k-loops are load-bound, and the idle partner's half of B still feeds
-    // the computing CTA (not weighing them lost up to 15 % on 10 of 42 shapes at M = 64).
+    // tile shapes on single SMs ran 3-47 % faster on all 45 shapes timed (bench/NOTES.md). The 64-row
+    // pairs at M <= 64 are weighed by rule_cost below.
     if (T::kCluster == 2 && T::BM >= 128 && args->m <= T::BM) return std::numeric_limits<double>::infinity();
     // 64x128/c2 only where it was measured to win (bench/NOTES.md): M above 64 (with one row of
     // 64-row tiles the second CTA of each pair computes nothing) and K from 2048 to 8192. At K = 1024
@@ -181,6 +181,25 @@ double tile_cost(const GtArgs* args, int i) {
   });
 }
 
+// The cost the rule weighs tile i by: tile_cost, except for 64x64 tiles at M <= 64. There the pair's
+// (64x64/c2) second CTA has no rows. Where the pair's tiles run whole, the idle partner still loads
+// half of each B panel for the computing CTA, whose k-loop its loads bound, and the pair stays
+// weighed (64x3072x1024, 64x4096x1024 and 64x4096x2048 ran 7-11 % faster as pairs than as single
+// CTAs split in two). Where its tiles split, each segment computes on one SM of two, while the same
+// tile on single SMs (64x64/c1) puts a segment on every SM: there the pair is not weighed and
+// 64x64/c1 weighs no more than the pair would. Measured on the H100 where that changes the pick,
+// 83 shapes (45 held out, M = 16-64): 77 faster by up to 25 %, a median of +6.1 %, 2 slower by 2 %
+// (bench/NOTES.md).
+constexpr int kSingle64 = 8, kPair64 = 9;
+static_assert(std::is_same_v<T8, Tile<64, 64, 1, 13>> && std::is_same_v<T9, Tile<64, 64, 2, 13>>,
+              "kSingle64 and kPair64 name 64x64/c1 and 64x64/c2");
+double rule_cost(const GtArgs* args, int i) {
+  if (args->m > 64 || (i != kSingle64 && i != kPair64)) return tile_cost(args, i);
+  if (!stream_k::partition_of<T9>(args, kMinSplitGainPct, kParallelFixup<T9>, true).split()) return tile_cost(args, i);
+  if (i == kPair64) return std::numeric_limits<double>::infinity();
+  return std::min(tile_cost(args, kSingle64), tile_cost(args, kPair64));
+}
+
 // The order of preference: ties (within 2 %) go to the earlier tile. 192x192/c2 comes first, though
 // added last: on 10 shapes where its cost and 128x256/c2's were within 2 % (none of them used to set
 // anything) it ran 1.3-4.6 % faster by % of cuBLAS in the same rounds, on every shape in two
@@ -190,10 +209,10 @@ constexpr int kPreference[kFamily] = {11, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
 int chosen_tile(const GtArgs* args) {
   if (args->variant >= 1 && args->variant <= kFamily) return args->variant - 1;
   int best = kPreference[0];
-  double best_cost = tile_cost(args, best);
+  double best_cost = rule_cost(args, best);
   for (int j = 1; j < kFamily; ++j) {
     const int i = kPreference[j];
-    const double c = tile_cost(args, i);
+    const double c = rule_cost(args, i);
     if (c < best_cost * 0.98) best = i, best_cost = c;
   }
   return best;
@@ -222,7 +241,7 @@ extern "C" int gt_launch(const GtArgs* args, char* err, int errlen) {
 extern "C" int gt_tile_family(const GtArgs* args, int32_t* out, double* costs) {
   for (int i = 0; i < kFamily; ++i) {
     with_tile(i, [&](auto t) { describe<decltype(t)>(out + 5 * i); return 0; });
-    if (costs) costs[i] = args ? tile_cost(args, i) : 0.0;
+    if (costs) costs[i] = args ? rule_cost(args, i) : 0.0;
   }
   return kFamily;
 }
