@@ -214,6 +214,9 @@ def _serial_partition(units: int, num_kb: int, max_workers: int, min_gain_pct: i
 
 # The H100's HBM bandwidth over what one SM's k-loop draws in (the kernel's kHbmOverSmIntake).
 HBM_OVER_SM_INTAKE = 35.0
+# No tile is split whose whole k-loop is shorter than this much work, in k-blocks of a 128x256 tile
+# (the kernel's kMinSplitKLoop): either fix-up's fixed latency is more than a short k-loop's split saves.
+MIN_SPLIT_KLOOP = 2.5
 
 
 def hbm_segments(m: int, n: int, bm: int, bn: int) -> int:
@@ -232,9 +235,12 @@ def for_shape(m: int, n: int, k: int, sms: int = 132, tile: tuple[int, int, int]
     bm, bn, bk = tile
     units = math.ceil(math.ceil(m / bm) / cluster) * math.ceil(n / bn)
     workers = max(1, sms // (cluster * split_k))
+    num_kb = math.ceil(k / bk)
+    if num_kb * bm * bn < MIN_SPLIT_KLOOP * 128 * 256:  # whole tiles
+        return Partition(units, num_kb, min(units, workers), units, 0, 0)
     # (the kernel's kMeasuredTail: clusters along M only, none splitting K)
     slowdown = tail_slowdown(m, n, k, (bm, bn), cluster, workers, order) if order and split_k == 1 else 0.0
-    return partition(units, math.ceil(k / bk), workers, min_gain_pct, parallel_fixup, hbm_segments(m, n, bm, bn),
+    return partition(units, num_kb, workers, min_gain_pct, parallel_fixup, hbm_segments(m, n, bm, bn),
                      slowdown, slot_float4s)
 
 

@@ -117,6 +117,19 @@ def test_parallel_fixup_weighed_against_the_serial_split_spread_where_segments_k
     assert w.partition.parallel == 6 and w.slot_floats == 8192
 
 
+def test_no_split_of_a_short_k_loop():
+    """A tile whose whole k-loop is under 2.5 k-blocks of 128x256 work runs whole (the kernels'
+    kMinSplitKLoop): 64x64 tiles split from 20 k-blocks (K = 1280), not at 19."""
+    def v10_64x64(k):
+        return for_shape(256, 256, k, tile=(64, 64, 64), cluster=2, min_gain_pct=10, parallel_fixup=True)
+
+    assert not v10_64x64(1216).split and not v10_64x64(1024).split
+    assert v10_64x64(1280).split and v10_64x64(2048).split
+    assert workspace_bytes(v10_64x64(1024)) == 0
+    # without the bound the rule would cut K = 1024 over the clusters
+    assert partition(4, 16, 66, 10, parallel_fixup=True, hbm_segments=9, slot_float4s=8).split
+
+
 def test_rule_on_the_shapes_it_is_for():
     # 2 tiles of 128x256 (one cluster tile): 11 segments of 23-24 k-blocks instead of 256 on one cluster
     p = for_shape(256, 256, 16384)

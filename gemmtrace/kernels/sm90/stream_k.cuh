@@ -327,11 +327,24 @@ double tail_slowdown(const GtArgs* args) {
   return bytes <= kL2Bytes ? 1.1 : bytes <= 1.25 * kL2Bytes ? 1.2 : 0;
 }
 
+// No tile is split whose whole k-loop is shorter than this much work, in k-blocks of a 128x256 tile
+// (num_kb x BM x BN / (128 x 256)): K < 1280 for 64x64 tiles, K < 640 for 64x128, K < 320 for
+// 128x128. Either fix-up has a fixed latency that short k-loops cannot win back: at 64x64x1024 and
+// its neighbours the partials' store, the wait for the other segments and the reduce took 2.1-2.5 us
+// after the last MMA on the H100, while a whole 64x64 k-loop of 16 k-blocks takes about 2.5-3 us, so
+// a split in two saves less than it costs. Measured (bench/NOTES.md): never splitting won on all 13
+// shapes of 64x64 tiles at K = 1024 and lost from K = 3072; with this bound, 160 of 162 shapes whose
+// partition it changes ran faster (a median of +11 %; 99 of 99 held out).
+constexpr double kMinSplitKLoop = 2.5;
+
 template <class T>
 Partition partition_of(const GtArgs* args, int min_gain_pct, bool parallel_fixup, bool tail_split = false) {
   const int units = persistent::grid_m_groups<T>(args) * persistent::grid_n<T>(args);
-  return make_partition(units, host::ceil_div(args->k, persistent::BK), persistent::max_clusters<T>(args), min_gain_pct,
-                        parallel_fixup, hbm_segments<T>(args), tail_split ? tail_slowdown<T>(args) : 0, T::kPieceFloat4s);
+  const int num_kb = host::ceil_div(args->k, persistent::BK), max_workers = persistent::max_clusters<T>(args);
+  if (double(num_kb) * T::BM * T::BN < kMinSplitKLoop * 128 * 256)  // whole tiles
+    return Partition{units, num_kb, std::min(units, std::max(1, max_workers)), units, 0, 0, 0};
+  return make_partition(units, num_kb, max_workers, min_gain_pct, parallel_fixup, hbm_segments<T>(args),
+                        tail_split ? tail_slowdown<T>(args) : 0, T::kPieceFloat4s);
 }
 
 template <class T, int kMinGainPct = 0, bool kParallelFixup = false, bool kTailSplit = false>
