@@ -384,7 +384,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto store_panel = [&](int p) {
       constexpr int kCols = WN / T::kPanelCols;
       const uint32_t panel = buf + (p % 2) * kPanelBytes;
-      if (issuer) tma_store_wait_read<1>();  // the store that last read this buffer is done reading
+      // The store that last read this buffer is done reading: the store before the latest, except
+      // at a tile's first panel where a tile has an odd number of panels (64x64 and 64x128: 1,
+      // 128x192: 3, 192x192: 9). There the previous tile's last panel went through buffer 0 too and
+      // may be the latest store, so wait for every store. Waiting for all but the latest let a short
+      // k-loop overwrite a panel the TMA was still reading: on an H200, 37 of 200 launches of
+      // 128x192/c2 at 4096x4096x64 gave a C that differed from the first launch's (bench/NOTES.md).
+      if (issuer) {
+        if (T::kPanels % 2 == 1 && p == 0)
+          tma_store_wait_read<0>();
+        else
+          tma_store_wait_read<1>();
+      }
       named_barrier_sync(1 + cw, 128);
       stmatrix_panel<T::kPanelCols, WN>(packed[p / kCols], p % kCols, panel);
       fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
