@@ -329,12 +329,11 @@ double tail_slowdown(const GtArgs* args) {
 
 // No tile is split whose whole k-loop is shorter than this much work, in k-blocks of a 128x256 tile
 // (num_kb x BM x BN / (128 x 256)): K < 1280 for 64x64 tiles, K < 640 for 64x128, K < 320 for
-// 128x128. Either fix-up has a fixed latency that short k-loops cannot win back: at 64x64x1024 and
-// its neighbours the partials' store, the wait for the other segments and the reduce took 2.1-2.5 us
-// after the last MMA on the H100, while a whole 64x64 k-loop of 16 k-blocks takes about 2.5-3 us, so
-// a split in two saves less than it costs. Measured (bench/NOTES.md): never splitting won on all 13
-// shapes of 64x64 tiles at K = 1024 and lost from K = 3072; with this bound, 160 of 162 shapes whose
-// partition it changes ran faster (a median of +11 %; 99 of 99 held out).
+// 128x128. Either fix-up costs microseconds after the last MMA whatever the k-loop's length (store,
+// wait for the other segments, reduce: 4.4-4.7 us for 128x128/c2 cut in four at 512x1024x8192 on the
+// H100), while a whole 64x64 k-loop of 16 k-blocks takes about 2.4 us, so halving it cannot pay. On
+// an H200, 84 of the 87 shapes timed whose plan this changes ran 1-30 % faster, none slower (a median
+// of +14.9 %, bench/NOTES.md); where above it a split starts to pay is not measured.
 constexpr double kMinSplitKLoop = 2.5;
 
 template <class T>
