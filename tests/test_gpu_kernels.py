@@ -242,6 +242,28 @@ def v9_lib(libs):
     return libs("v9")
 
 
+def _repeat_launches(torch, lib, shape, variant, ws, launches, seed):
+    """Launch `launches` times on one set of random inputs, each into a NaN-poisoned C. Returns whether
+    the first C left elements unwritten, its relative error against the fp32 reference, and how many
+    later launches gave a C that differs bitwise from the first's."""
+    m, n, k = shape
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", generator=gen).to(torch.bfloat16)
+    first, c, differing = None, torch.empty(m, n, device="cuda", dtype=torch.bfloat16), 0
+    for _ in range(launches):
+        c.fill_(float("nan"))
+        _sk_launch(torch, lib, a, b, c, ws, variant)
+        torch.cuda.synchronize()
+        if first is None:
+            first = c.clone()
+        else:
+            differing += int(not torch.equal(c.view(torch.int16), first.view(torch.int16)))
+    ref = a.float() @ b.float().T
+    rel = (torch.linalg.vector_norm(first.float() - ref) / torch.linalg.vector_norm(ref)).item()
+    return bool(torch.isnan(first).any()), rel, differing
+
+
 def _sk_launch(torch, lib, a, b, c, ws, variant=0):
     m, k = a.shape
     n = b.shape[0]
@@ -261,22 +283,12 @@ def test_stream_k_correct_and_bitwise_reproducible(libs, kernel, variant, shape)
     lib = libs(kernel)
     m, n, k = shape
     plan = lib.plan(lib.args(m, n, k, variant=variant, num_sms=torch.cuda.get_device_properties(0).multi_processor_count))
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    a = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
-    b = torch.randn(n, k, device="cuda", generator=gen).to(torch.bfloat16)
     ws = torch.zeros(plan.workspace_bytes, device="cuda", dtype=torch.uint8) if plan.workspace_bytes else None
-    outs = []
-    for _ in range(3):  # no re-zeroing of the workspace between launches
-        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        _sk_launch(torch, lib, a, b, c, ws, variant)
-        torch.cuda.synchronize()
-        outs.append(c)
-    ref = a.float() @ b.float().T
-    assert not torch.isnan(outs[0]).any()
-    rel = (torch.linalg.vector_norm(outs[0].float() - ref) / torch.linalg.vector_norm(ref)).item()
+    # no re-zeroing of the workspace between launches
+    unwritten, rel, differing = _repeat_launches(torch, lib, shape, variant, ws, launches=3, seed=1)
+    assert not unwritten
     assert rel < 1e-2, rel
-    for c in outs[1:]:
-        assert torch.equal(c.view(torch.int16), outs[0].view(torch.int16)), "two launches differ"
+    assert differing == 0, "two launches differ"
     if ws is not None:  # every flag (or count) consumed and cleared by the kernel
         flags = ws[: _flag_ints(kernel, plan, shape, torch.cuda.get_device_properties(0).multi_processor_count) * 4]
         assert int(flags.view(torch.int32).abs().sum().item()) == 0
@@ -296,26 +308,10 @@ def test_one_k_block_tiles_bitwise_identical_over_many_launches(libs, tile, shap
 
     lib = libs("v10")
     variant = registry.get("v10").tiles.index(tile) + 1
-    m, n, k = shape
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    plan = lib.plan(lib.args(m, n, k, variant=variant, num_sms=sms))
-    assert (plan.tile_m, plan.tile_n, plan.workspace_bytes) == tuple(map(int, tile.split("/")[0].split("x"))) + (0,)
-    gen = torch.Generator(device="cuda").manual_seed(2)
-    a = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
-    b = torch.randn(n, k, device="cuda", generator=gen).to(torch.bfloat16)
-    ref = a.float() @ b.float().T
-    first, c = None, torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    differing = 0
-    for _ in range(150):
-        c.fill_(float("nan"))
-        _sk_launch(torch, lib, a, b, c, None, variant)
-        if first is None:
-            first = c.clone()
-            rel = (torch.linalg.vector_norm(first.float() - ref) / torch.linalg.vector_norm(ref)).item()
-            assert not torch.isnan(first).any() and rel < 1e-2, rel
-        else:
-            differing += int(not torch.equal(c.view(torch.int16), first.view(torch.int16)))
-    torch.cuda.synchronize()
+    plan = lib.plan(lib.args(*shape, variant=variant, num_sms=torch.cuda.get_device_properties(0).multi_processor_count))
+    assert registry.tile_name(plan.tile_m, plan.tile_n, plan.cluster, plan.split_k) == tile and not plan.workspace_bytes
+    unwritten, rel, differing = _repeat_launches(torch, lib, shape, variant, None, launches=150, seed=2)
+    assert not unwritten and rel < 1e-2, rel
     assert differing == 0, f"{differing} of 149 launches differ from the first"
 
 
